@@ -1,0 +1,189 @@
+"""Writing plugin executables and conflists onto a node, and removing exactly those again.
+
+Each executable is a few lines of Python run by this installation's interpreter with ``-I -S``
+(isolated mode, no ``site``): no shell, no venv activation, no scan of site-packages on every
+exec.  The ``sys.path`` entries the plugin needs (where cnichain, pyroute2 and the distro's
+nftables binding live) are resolved once, here, and written into the file.  A manifest next to
+the executables records what was written so ``uninstall`` removes only that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Optional
+
+# CNI type -> module under cnichain.plugins
+PLUGINS: dict[str, str] = {
+    "bridge": "bridge",
+    "host-local": "host_local",
+    "portmap": "portmap",
+    "bandwidth": "bandwidth",
+    "tuning": "tuning",
+    "route-override": "route_override",
+}
+MARKER = "# cnichain launcher"
+MANIFEST = ".cnichain-install.json"
+
+
+def available_plugins() -> dict[str, str]:
+    """The plugin types whose package is present in this installation."""
+    return {t: m for t, m in PLUGINS.items() if importlib.util.find_spec(f"cnichain.plugins.{m}.plugin") is not None}
+
+
+def import_roots() -> list[str]:
+    """Directories that must be on sys.path for a plugin run with ``-I -S``."""
+    roots: list[str] = []
+    import cnichain.common
+
+    roots.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(cnichain.common.__file__)))))
+    for mod in ("pyroute2", "nftables"):
+        spec = importlib.util.find_spec(mod)
+        if spec is not None and spec.origin:
+            roots.append(os.path.dirname(os.path.dirname(spec.origin)))
+    seen: list[str] = []
+    for r in roots:
+        if r not in seen:
+            seen.append(r)
+    return seen
+
+
+def launcher_source(module: str, python: Optional[str] = None, roots: Optional[list[str]] = None) -> str:
+    python = python or sys.executable
+    roots = import_roots() if roots is None else roots
+    return (
+        f"#!{python} -IS\n"
+        f"{MARKER} (written by 'cnichain install'; do not edit)\n"
+        "import sys\n"
+        f"sys.path[0:0] = {roots!r}\n"
+        f"from cnichain.plugins.{module}.__main__ import main\n"
+        "sys.exit(main())\n"
+    )
+
+
+def conflists_dir() -> str:
+    import cnichain.conflists  # type: ignore[import-not-found]
+
+    return os.path.dirname(os.path.abspath(cnichain.conflists.__file__))
+
+
+@dataclass
+class InstallReport:
+    written: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _load_manifest(bin_dir: str) -> dict[str, str]:
+    try:
+        with open(os.path.join(bin_dir, MANIFEST), "rb") as fh:
+            data = json.loads(fh.read())
+    except (OSError, ValueError):
+        return {}
+    files = data.get("files") if isinstance(data, dict) else None
+    return {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
+
+
+def _save_manifest(bin_dir: str, files: dict[str, str]) -> None:
+    path = os.path.join(bin_dir, MANIFEST)
+    if not files:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        return
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"files": files}, fh, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _owned(path: str, manifest: dict[str, str]) -> bool:
+    """True when ``path`` is a file we wrote and nobody changed since."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return manifest.get(path) == _digest(data)
+
+
+def _write(path: str, data: bytes, mode: int, manifest: dict[str, str], force: bool, report: InstallReport) -> None:
+    if os.path.lexists(path):
+        try:
+            with open(path, "rb") as fh:
+                if fh.read() == data and path in manifest:
+                    report.unchanged.append(path)
+                    return
+        except OSError:
+            pass
+        if not force and not _owned(path, manifest):
+            report.refused.append(path)
+            return
+    tmp = f"{path}.cnichain-tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+    manifest[path] = _digest(data)
+    report.written.append(path)
+
+
+def install(
+    bin_dir: str,
+    conf_dir: Optional[str] = None,
+    conflist: Optional[str] = None,
+    force: bool = False,
+    python: Optional[str] = None,
+    plugins: Optional[list[str]] = None,
+) -> InstallReport:
+    report = InstallReport()
+    os.makedirs(bin_dir, mode=0o755, exist_ok=True)
+    manifest = _load_manifest(bin_dir)
+    roots = import_roots()
+    chosen = available_plugins()
+    if plugins is not None:
+        chosen = {t: m for t, m in chosen.items() if t in plugins}
+    for plugin_type, module in sorted(chosen.items()):
+        source = launcher_source(module, python, roots).encode()
+        _write(os.path.join(bin_dir, plugin_type), source, 0o755, manifest, force, report)
+    if conf_dir and conflist:
+        src = os.path.join(conflists_dir(), conflist if conflist.endswith((".conflist", ".conf")) else conflist + ".conflist")
+        with open(src, "rb") as fh:
+            data = fh.read()
+        json.loads(data)  # refuse to install a broken file
+        os.makedirs(conf_dir, mode=0o755, exist_ok=True)
+        _write(os.path.join(conf_dir, os.path.basename(src)), data, 0o644, manifest, force, report)
+    _save_manifest(bin_dir, manifest)
+    return report
+
+
+def uninstall(bin_dir: str) -> InstallReport:
+    """Remove every file the manifest in ``bin_dir`` lists that is still as we wrote it."""
+    report = InstallReport()
+    manifest = _load_manifest(bin_dir)
+    keep: dict[str, str] = {}
+    for path, digest in sorted(manifest.items()):
+        if not os.path.lexists(path):
+            continue
+        if _owned(path, manifest):
+            os.unlink(path)
+            report.removed.append(path)
+        else:
+            report.refused.append(path)
+            keep[path] = digest
+    _save_manifest(bin_dir, keep)
+    return report

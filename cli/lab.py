@@ -1,0 +1,126 @@
+"""Throwaway network namespaces for the demo, the tests and the benchmarks.
+
+A :class:`Lab` owns a "node" namespace that plays the host, pod namespaces hanging off it, and
+optional extra hosts wired to the node with veth pairs.  Every name carries a random run id, and
+:meth:`Lab.close` deletes everything it made, so the machine's own namespace is never touched and
+a crashed run cannot collide with the next one.  Kernel objects that plugins create (bridges,
+veths, IFBs, nftables tables, tc qdiscs) live inside these namespaces and die with them.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+
+NETNS_DIR = "/run/netns"
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], check=check, capture_output=True, text=True)
+
+
+@dataclass
+class Lab:
+    prefix: str = "cnic"
+    run_id: str = field(default_factory=lambda: secrets.token_hex(3))
+    namespaces: list[str] = field(default_factory=list)
+    workdir: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.workdir:
+            self.workdir = tempfile.mkdtemp(prefix=f"{self.prefix}-{self.run_id}-")
+        os.chmod(self.workdir, 0o700)
+        self.node = self.netns("node")
+
+    # -- namespaces ------------------------------------------------------------------------------
+    def name(self, role: str) -> str:
+        return f"{self.prefix}-{self.run_id}-{role}"
+
+    def netns(self, role: str) -> str:
+        """Create namespace ``role`` with loopback up; return its path."""
+        name = self.name(role)
+        _ip("netns", "add", name)
+        self.namespaces.append(name)
+        self.run(name, "ip", "link", "set", "lo", "up")
+        return os.path.join(NETNS_DIR, name)
+
+    def delete_netns(self, path_or_name: str) -> None:
+        name = os.path.basename(path_or_name)
+        _ip("netns", "del", name, check=False)
+        if name in self.namespaces:
+            self.namespaces.remove(name)
+
+    def run(self, ns: str, *argv: str, check: bool = True, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+        """Run ``argv`` inside namespace ``ns`` (name or path)."""
+        name = os.path.basename(ns)
+        return subprocess.run(
+            ["ip", "netns", "exec", name, *argv], check=check, capture_output=True, text=True, timeout=timeout, **kw
+        )
+
+    def popen(self, ns: str, *argv: str, **kw) -> subprocess.Popen:
+        return subprocess.Popen(["ip", "netns", "exec", os.path.basename(ns), *argv], **kw)
+
+    def wire(self, ns: str, ns_addrs: list[str], node_addrs: list[str], role: str) -> str:
+        """Connect ``ns`` to the node with a veth pair and addresses on both ends.
+
+        Returns the node-side interface name.
+        """
+        node_if = f"n{self.run_id}{role[:4]}"[:15]
+        peer_if = f"p{self.run_id}{role[:4]}"[:15]
+        self.run(self.node, "ip", "link", "add", node_if, "type", "veth", "peer", "name", peer_if,
+                 "netns", os.path.basename(ns))
+        for addr in node_addrs:
+            self.run(self.node, "ip", "addr", "add", addr, "dev", node_if, *(["nodad"] if ":" in addr else []))
+        for addr in ns_addrs:
+            self.run(ns, "ip", "addr", "add", addr, "dev", peer_if, *(["nodad"] if ":" in addr else []))
+        self.run(self.node, "ip", "link", "set", node_if, "up")
+        self.run(ns, "ip", "link", "set", peer_if, "up")
+        return node_if
+
+    def path(self, *parts: str) -> str:
+        full = os.path.join(self.workdir, *parts)
+        os.makedirs(os.path.dirname(full), mode=0o700, exist_ok=True)
+        return full
+
+    # -- teardown ------------------------------------------------------------------------------
+    def close(self) -> None:
+        for name in reversed(list(self.namespaces)):
+            _ip("netns", "del", name, check=False)
+        self.namespaces.clear()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> "Lab":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def isolate_conflist(data: dict, workdir: str) -> dict:
+    """A copy of ``data`` whose on-disk state (IPAM dataDir, tuning backups) lives in ``workdir``.
+
+    The demo and the tests run real conflists but must not share ``/var/lib/cni`` with the node.
+    """
+    import copy
+
+    out = copy.deepcopy(data)
+    plugins = out.get("plugins") if "plugins" in out else [out]
+    for plugin in plugins:
+        ipam = plugin.get("ipam")
+        if isinstance(ipam, dict) and ipam.get("type") == "host-local":
+            ipam["dataDir"] = os.path.join(workdir, "ipam")
+        if plugin.get("type") == "tuning":
+            plugin["dataDir"] = os.path.join(workdir, "tuning")
+    return out
+
+
+def leftover_namespaces(prefix: str) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(NETNS_DIR) if n.startswith(prefix + "-"))
+    except OSError:
+        return []
+

@@ -1,0 +1,263 @@
+"""A libcni equivalent: run a network config list against a namespace as containerd / CRI-O do.
+
+ADD runs the plugins in order, each getting the previous plugin's result as ``prevResult``;
+``capabilities`` are replaced by ``runtimeConfig`` built from the capability arguments; the final
+result is cached per (network, container ID, ifname) and fed back to every plugin on CHECK and,
+in reverse order, on DEL.  Plugins are found on ``bin_dirs`` (ours, the reference Go plugins in a
+distro's plugin directory, or any mix), so the same runner drives tests, benchmarks and the demo.
+This module never imports typer: the CLI is a thin layer over it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from cnichain.common import netns as netns_mod
+from cnichain.common.errors import CniError
+from cnichain.common.invoke import error_from_output, find_plugin
+from cnichain.common.skel import NAME_RE
+from cnichain.common.version import at_least
+
+
+class ConfigError(ValueError):
+    """The config list cannot be used (missing file, bad JSON, no plugins)."""
+
+
+class PluginFailed(RuntimeError):
+    def __init__(self, plugin_type: str, command: str, error: CniError) -> None:
+        super().__init__(f"plugin {plugin_type} {command} failed: {error}")
+        self.plugin_type = plugin_type
+        self.command = command
+        self.error = error
+
+
+@dataclass
+class ConfList:
+    name: str
+    cni_version: str
+    plugins: list[dict]
+    disable_check: bool = False
+    disable_gc: bool = False
+    raw: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<config>") -> "ConfList":
+        if not isinstance(data, dict):
+            raise ConfigError(f"{source}: not a JSON object")
+        if "plugins" not in data:
+            if not data.get("type"):
+                raise ConfigError(f"{source}: neither a config list (no 'plugins') nor a plugin config (no 'type')")
+            # A single-plugin .conf: wrap it the way libcni's ConfListFromConf does.
+            data = {"cniVersion": data.get("cniVersion", ""), "name": data.get("name", ""), "plugins": [data]}
+        name = data.get("name")
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise ConfigError(f"{source}: missing or invalid network 'name'")
+        plugins = data.get("plugins")
+        if not isinstance(plugins, list) or not plugins:
+            raise ConfigError(f"{source}: 'plugins' must be a non-empty list")
+        for idx, plugin in enumerate(plugins):
+            if not isinstance(plugin, dict) or not isinstance(plugin.get("type"), str) or not plugin["type"]:
+                raise ConfigError(f"{source}: plugin {idx} has no 'type'")
+        return cls(
+            name=name,
+            cni_version=str(data.get("cniVersion") or "0.1.0"),
+            plugins=plugins,
+            disable_check=bool(data.get("disableCheck", False)),
+            disable_gc=bool(data.get("disableGC", False)),
+            raw=data,
+        )
+
+    @classmethod
+    def load(cls, path: str) -> "ConfList":
+        try:
+            with open(path, "rb") as fh:
+                data = json.loads(fh.read())
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+        except ValueError as exc:
+            raise ConfigError(f"{path}: invalid JSON: {exc}") from None
+        return cls.from_dict(data, path)
+
+
+@dataclass
+class Attachment:
+    """What the runtime knows about one pod's attachment to the network."""
+
+    container_id: str
+    netns: str
+    ifname: str = "eth0"
+    cni_args: list[tuple[str, str]] = field(default_factory=list)
+    capability_args: dict = field(default_factory=dict)
+
+
+@dataclass
+class ExecRecord:
+    plugin: str
+    command: str
+    seconds: float
+    code: int
+
+
+class Runtime:
+    def __init__(
+        self,
+        bin_dirs: list[str],
+        cache_dir: str,
+        node_netns: Optional[str] = None,
+        on_exec: Optional[Callable[[ExecRecord], None]] = None,
+        timeout: float = 120.0,
+    ) -> None:
+        self.bin_dirs = [d for d in bin_dirs if d]
+        self.cache_dir = cache_dir
+        self.node_netns = node_netns
+        self.on_exec = on_exec
+        self.timeout = timeout
+
+    # -- plugin exec -------------------------------------------------------------------------
+    def exec_plugin(self, plugin_type: str, command: str, att: Optional[Attachment], conf: dict) -> bytes:
+        binary = find_plugin(plugin_type, self.bin_dirs)
+        env = {"CNI_COMMAND": command, "CNI_PATH": ":".join(self.bin_dirs), "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+        if att is not None:
+            env.update({"CNI_CONTAINERID": att.container_id, "CNI_NETNS": att.netns, "CNI_IFNAME": att.ifname})
+            if att.cni_args:
+                env["CNI_ARGS"] = ";".join(f"{k}={v}" for k, v in att.cni_args)
+        stdin = json.dumps(conf).encode()
+        started = time.perf_counter()
+        if self.node_netns:
+            # setns is per thread: only this thread (and the child it forks) moves.
+            with netns_mod.entered(self.node_netns):
+                proc = subprocess.Popen([binary], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        else:
+            proc = subprocess.Popen([binary], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        try:
+            out, err = proc.communicate(stdin, timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        elapsed = time.perf_counter() - started
+        if self.on_exec is not None:
+            self.on_exec(ExecRecord(plugin_type, command, elapsed, proc.returncode))
+        if proc.returncode != 0:
+            raise PluginFailed(plugin_type, command, error_from_output(out, err, proc.returncode))
+        return out
+
+    def plugin_config(self, conflist: ConfList, plugin: dict, att: Optional[Attachment], prev: Optional[dict]) -> dict:
+        conf = dict(plugin)
+        conf["name"] = conflist.name
+        conf["cniVersion"] = conflist.cni_version
+        caps = conf.pop("capabilities", None)
+        if isinstance(caps, dict) and att is not None:
+            runtime_config = {k: att.capability_args[k] for k, on in caps.items() if on and k in att.capability_args}
+            if runtime_config:
+                conf["runtimeConfig"] = runtime_config
+        if prev is not None:
+            conf["prevResult"] = prev
+        return conf
+
+    # -- the result cache --------------------------------------------------------------------
+    def cache_path(self, network: str, att: Attachment) -> str:
+        return os.path.join(self.cache_dir, "results", f"{network}-{att.container_id}-{att.ifname}")
+
+    def _save_cache(self, conflist: ConfList, att: Attachment, result: Optional[dict]) -> None:
+        path = self.cache_path(conflist.name, att)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        entry = {
+            "kind": "cniCacheV1",
+            "containerId": att.container_id,
+            "ifName": att.ifname,
+            "networkName": conflist.name,
+            "netns": att.netns,
+            "cniArgs": att.cni_args,
+            "capabilityArgs": att.capability_args,
+            "result": result,
+        }
+        tmp = f"{path}.tmp{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(entry, fh)
+        os.replace(tmp, path)
+
+    def cached(self, network: str, att: Attachment) -> Optional[dict]:
+        try:
+            with open(self.cache_path(network, att), "rb") as fh:
+                entry = json.loads(fh.read())
+        except (OSError, ValueError):
+            return None
+        return entry if isinstance(entry, dict) else None
+
+    def cached_attachments(self, network: str) -> list[dict]:
+        folder = os.path.join(self.cache_dir, "results")
+        out = []
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            return []
+        for name in names:
+            if not name.startswith(network + "-") or ".tmp" in name:
+                continue
+            try:
+                with open(os.path.join(folder, name), "rb") as fh:
+                    entry = json.loads(fh.read())
+            except (OSError, ValueError):
+                continue
+            if isinstance(entry, dict) and entry.get("networkName") == network:
+                out.append(entry)
+        return out
+
+    # -- operations ----------------------------------------------------------------------------
+    def add(self, conflist: ConfList, att: Attachment) -> dict:
+        prev: Optional[dict] = None
+        for plugin in conflist.plugins:
+            out = self.exec_plugin(plugin["type"], "ADD", att, self.plugin_config(conflist, plugin, att, prev))
+            try:
+                prev = json.loads(out)
+            except ValueError as exc:
+                raise PluginFailed(plugin["type"], "ADD", CniError(6, f"invalid result JSON: {exc}")) from None
+        self._save_cache(conflist, att, prev)
+        return prev or {}
+
+    def delete(self, conflist: ConfList, att: Attachment) -> None:
+        entry = self.cached(conflist.name, att)
+        prev = entry.get("result") if entry else None
+        if entry and not att.capability_args:
+            att.capability_args = dict(entry.get("capabilityArgs") or {})
+        for plugin in reversed(conflist.plugins):
+            self.exec_plugin(plugin["type"], "DEL", att, self.plugin_config(conflist, plugin, att, prev))
+        try:
+            os.unlink(self.cache_path(conflist.name, att))
+        except FileNotFoundError:
+            pass
+
+    def check(self, conflist: ConfList, att: Attachment) -> None:
+        if conflist.disable_check:
+            return
+        entry = self.cached(conflist.name, att)
+        if entry is None:
+            raise ConfigError(f"no cached result for {conflist.name}/{att.container_id}/{att.ifname}: was it added?")
+        if not att.capability_args:
+            att.capability_args = dict(entry.get("capabilityArgs") or {})
+        for plugin in conflist.plugins:
+            self.exec_plugin(plugin["type"], "CHECK", att, self.plugin_config(conflist, plugin, att, entry.get("result")))
+
+    def gc(self, conflist: ConfList, valid: list[tuple[str, str]]) -> None:
+        if conflist.disable_gc or not at_least(conflist.cni_version, "1.1.0"):
+            return
+        attachments = [{"containerID": cid, "ifname": ifname} for cid, ifname in valid]
+        for plugin in conflist.plugins:
+            conf = self.plugin_config(conflist, plugin, None, None)
+            conf["cni.dev/valid-attachments"] = attachments
+            self.exec_plugin(plugin["type"], "GC", None, conf)
+
+    def status(self, conflist: ConfList) -> None:
+        if not at_least(conflist.cni_version, "1.1.0"):
+            return
+        for plugin in conflist.plugins:
+            self.exec_plugin(plugin["type"], "STATUS", None, self.plugin_config(conflist, plugin, None, None))
+
+    def version(self, plugin_type: str) -> dict:
+        return json.loads(self.exec_plugin(plugin_type, "VERSION", None, {}))

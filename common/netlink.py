@@ -1,0 +1,51 @@
+"""pyroute2 access, imported only by the code paths that need netlink.
+
+``import pyroute2`` costs ~90 ms, more than everything else in a plugin exec together, so it is
+imported here on first use, never at module import time.  Sockets are opened with the calling
+thread inside the target namespace and keep that namespace afterwards; no fork, unlike
+``IPRoute(netns=...)``.
+"""
+
+from __future__ import annotations
+
+import errno
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional
+
+from . import netns
+
+# Errors that mean "already gone" for idempotent DEL.
+GONE = {errno.ENOENT, errno.ENODEV, errno.ESRCH, errno.EADDRNOTAVAIL, errno.ENXIO}
+
+
+def iproute(netns_path: Optional[str] = None) -> Any:
+    """An ``IPRoute`` bound to ``netns_path`` (or to the caller's namespace)."""
+    from pyroute2 import IPRoute
+
+    if not netns_path:
+        return IPRoute()
+    with netns.entered(netns_path):
+        return IPRoute()
+
+
+@contextmanager
+def session(netns_path: Optional[str] = None) -> Iterator[Any]:
+    ipr = iproute(netns_path)
+    try:
+        yield ipr
+    finally:
+        ipr.close()
+
+
+def netlink_errno(exc: BaseException) -> Optional[int]:
+    code = getattr(exc, "code", None)
+    return code if isinstance(code, int) else None
+
+
+def is_gone(exc: BaseException) -> bool:
+    return netlink_errno(exc) in GONE
+
+
+def link_index(ipr: Any, name: str) -> Optional[int]:
+    found = ipr.link_lookup(ifname=name)
+    return found[0] if found else None

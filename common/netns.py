@@ -1,0 +1,88 @@
+"""Entering network namespaces by path, never creating one.
+
+CNI hands plugins a path (``/var/run/netns/x`` or ``/proc/PID/ns/net``).  A missing path must be
+reported, not created: pyroute2's own netns helpers default to ``O_CREAT``, so plugins come here.
+Entering is per thread (``setns`` changes only the calling thread), which is what lets a test or
+the agent run several requests at once in different namespaces.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from contextlib import contextmanager
+from typing import Iterator
+
+from .errors import CniError, Code
+
+CLONE_NEWNET = 0x40000000
+_libc = None
+
+
+class NetnsGone(CniError):
+    """The namespace path does not exist (any more): DEL treats this as "already cleaned up"."""
+
+
+def _setns(fd: int) -> None:
+    setns = getattr(os, "setns", None)  # Python >= 3.12
+    if setns is not None:
+        setns(fd, CLONE_NEWNET)
+        return
+    global _libc
+    if _libc is None:
+        import ctypes
+
+        _libc = ctypes.CDLL(None, use_errno=True)
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def ctypes_errno() -> int:
+    import ctypes
+
+    return ctypes.get_errno()
+
+
+def open_netns(path: str) -> int:
+    """An fd for the namespace at ``path``; NetnsGone when it does not exist."""
+    if not path or "\0" in path:
+        raise CniError(Code.INVALID_NETNS, f"invalid netns path {path!r}")
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise NetnsGone(Code.INVALID_NETNS, f'failed to open netns "{path}": no such file or directory') from None
+    except OSError as exc:
+        raise CniError(Code.INVALID_NETNS, f'failed to open netns "{path}": {exc.strerror}') from None
+
+
+@contextmanager
+def entered(path: str) -> Iterator[None]:
+    """Run the body with the calling thread inside the namespace at ``path``."""
+    target = open_netns(path)
+    try:
+        origin = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            try:
+                _setns(target)
+            except OSError as exc:
+                code = Code.INVALID_NETNS
+                if exc.errno == errno.EINVAL:
+                    raise CniError(code, f'"{path}" is not a network namespace') from None
+                raise CniError(code, f'failed to enter netns "{path}": {exc.strerror}') from None
+            try:
+                yield
+            finally:
+                _setns(origin)
+        finally:
+            os.close(origin)
+    finally:
+        os.close(target)
+
+
+def same_netns(a: str, b: str) -> bool:
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)

@@ -1,0 +1,298 @@
+"""The shared plugin skeleton: CNI_* environment and stdin in, result or error JSON out.
+
+Every plugin is a :class:`Plugin` record of plain handler functions.  :func:`dispatch` takes the
+environment and streams as arguments, so the same code runs as a fresh process
+(:func:`run_plugin`), inside a test, or in a pre-forked worker of the node agent.  It is the only
+place that turns exceptions into the spec's error JSON and an exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, TextIO
+
+from . import version as versions
+from .errors import CniError, Code
+from .log import log
+from .types import Result
+
+COMMANDS = ("ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION")
+_REQUIRED_ENV = {
+    "ADD": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"),
+    "CHECK": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"),
+    "DEL": ("CNI_CONTAINERID", "CNI_IFNAME", "CNI_PATH"),
+    "GC": ("CNI_PATH",),
+    "STATUS": (),
+}
+_MIN_VERSION = {"CHECK": "0.4.0", "GC": "1.1.0", "STATUS": "1.1.0"}
+NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
+
+
+@dataclass
+class Request:
+    """One parsed plugin invocation: the CNI_* environment plus the decoded network config."""
+
+    command: str
+    container_id: str
+    netns: str
+    ifname: str
+    args: str
+    path: list[str]
+    stdin: bytes
+    conf: dict
+    env: Mapping[str, str] = field(default_factory=dict)
+    _prev: Any = field(default=None, repr=False)
+
+    @property
+    def cni_version(self) -> str:
+        return str(self.conf.get("cniVersion") or versions.DEFAULT)
+
+    @property
+    def network_name(self) -> str:
+        return str(self.conf.get("name", ""))
+
+    @property
+    def runtime_config(self) -> dict:
+        value = self.conf.get("runtimeConfig")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def args_cni(self) -> dict:
+        args = self.conf.get("args")
+        cni = args.get("cni") if isinstance(args, dict) else None
+        return cni if isinstance(cni, dict) else {}
+
+    @property
+    def prev_result(self) -> Optional[Result]:
+        """``prevResult`` decoded (any version) into the 1.x shape, or None when absent."""
+        if self._prev is None:
+            raw = self.conf.get("prevResult")
+            if not raw:
+                return None
+            self._prev = parse_prev_result(raw, self.cni_version)
+        return self._prev
+
+    def require_prev_result(self, message: str = "must be called as chained plugin") -> Result:
+        prev = self.prev_result
+        if prev is None:
+            raise CniError(Code.INVALID_NETWORK_CONFIG, message)
+        return prev
+
+    def valid_attachments(self) -> list[tuple[str, str]]:
+        """GC's ``cni.dev/valid-attachments`` as (containerID, ifname) pairs."""
+        raw = self.conf.get("cni.dev/valid-attachments") or self.conf.get("cni.dev/attachments") or []
+        out = []
+        if isinstance(raw, list):
+            for item in raw:
+                if isinstance(item, dict) and item.get("containerID"):
+                    out.append((str(item["containerID"]), str(item.get("ifname", ""))))
+        return out
+
+
+def parse_prev_result(raw: Any, conf_version: str) -> Result:
+    if not isinstance(raw, dict):
+        raise CniError(Code.DECODING_FAILURE, "could not parse prevResult: not a JSON object")
+    ver = str(raw.get("cniVersion") or conf_version)
+    if ver not in versions.ALL:
+        raise CniError(
+            Code.INCOMPATIBLE_VERSION,
+            "could not parse prevResult: result type supports "
+            f"{list(versions.ALL)} but unmarshalled CNIVersion is {ver!r}",
+        )
+    try:
+        return Result.from_dict(raw, ver)
+    except CniError as exc:
+        raise CniError(exc.code, f"could not parse prevResult: {exc.msg}", exc.details) from None
+
+
+Handler = Callable[[Request], Optional[Result]]
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """A plugin is a name, its supported versions and one plain function per command."""
+
+    name: str
+    add: Handler
+    delete: Handler
+    check: Optional[Handler] = None
+    gc: Optional[Handler] = None
+    status: Optional[Handler] = None
+    versions: tuple[str, ...] = versions.ALL
+    about: str = ""
+
+    def handler(self, command: str) -> Optional[Handler]:
+        return {
+            "ADD": self.add,
+            "DEL": self.delete,
+            "CHECK": self.check,
+            "GC": self.gc,
+            "STATUS": self.status,
+        }[command]
+
+
+def version_json(plugin: Plugin) -> str:
+    return json.dumps(
+        {"cniVersion": versions.CURRENT, "supportedVersions": list(plugin.versions)},
+        separators=(",", ":"),
+    )
+
+
+def error_json(err: CniError) -> str:
+    return json.dumps(err.to_dict(), indent=4)
+
+
+def validate_env(command: str, env: Mapping[str, str]) -> None:
+    missing = [k for k in _REQUIRED_ENV[command] if not env.get(k)]
+    if missing:
+        raise CniError(Code.INVALID_ENV, f"required env variables [{','.join(missing)}] missing")
+    cid = env.get("CNI_CONTAINERID", "")
+    if cid and not NAME_RE.match(cid):
+        raise CniError(Code.INVALID_ENV, "invalid characters in containerID", cid)
+    if "CNI_IFNAME" in _REQUIRED_ENV[command]:
+        validate_ifname(env["CNI_IFNAME"])
+
+
+def validate_ifname(name: str) -> None:
+    """The kernel's and libcni's rules for an interface name (code 4 on failure)."""
+    if not name:
+        raise CniError(Code.INVALID_ENV, "interface name is empty")
+    if len(name) > 15:
+        raise CniError(
+            Code.INVALID_ENV,
+            "interface name is too long",
+            "interface name should be less than 16 characters",
+        )
+    if name in (".", ".."):
+        raise CniError(Code.INVALID_ENV, "interface name is . or ..")
+    for ch in name:
+        if ch == "/" or ch == ":" or ch.isspace():
+            raise CniError(
+                Code.INVALID_ENV, "interface name contains / or : or whitespace characters", name
+            )
+
+
+def decode_config(stdin: bytes) -> dict:
+    try:
+        conf = json.loads(stdin)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CniError(Code.DECODING_FAILURE, f"error unmarshall network config: {exc}") from None
+    if not isinstance(conf, dict):
+        raise CniError(Code.DECODING_FAILURE, "error unmarshall network config: not a JSON object")
+    name = conf.get("name")
+    if not name:
+        raise CniError(Code.INVALID_NETWORK_CONFIG, "missing network name")
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise CniError(Code.INVALID_NETWORK_CONFIG, "invalid characters found in network name", str(name))
+    return conf
+
+
+def check_version(plugin: Plugin, command: str, conf_version: str) -> None:
+    if conf_version not in plugin.versions:
+        supported = " ".join(f'"{v}"' for v in plugin.versions)
+        raise CniError(
+            Code.INCOMPATIBLE_VERSION,
+            "incompatible CNI versions",
+            f'config is "{conf_version}", plugin supports [{supported}]',
+        )
+    minimum = _MIN_VERSION.get(command)
+    if minimum and not versions.at_least(conf_version, minimum):
+        raise CniError(Code.INCOMPATIBLE_VERSION, f"config version does not allow {command}")
+
+
+def _same_netns_as_self(path: str) -> bool:
+    try:
+        theirs = os.stat(path)
+        ours = os.stat("/proc/thread-self/ns/net")
+    except OSError:
+        return False
+    return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
+
+
+def build_request(command: str, env: Mapping[str, str], stdin: bytes) -> Request:
+    validate_env(command, env)
+    conf = decode_config(stdin)
+    return Request(
+        command=command,
+        container_id=env.get("CNI_CONTAINERID", ""),
+        netns=env.get("CNI_NETNS", ""),
+        ifname=env.get("CNI_IFNAME", ""),
+        args=env.get("CNI_ARGS", ""),
+        path=[p for p in env.get("CNI_PATH", "").split(":") if p],
+        stdin=stdin,
+        conf=conf,
+        env=env,
+    )
+
+
+def dispatch(plugin: Plugin, env: Mapping[str, str], stdin: bytes, stdout: TextIO, stderr: TextIO) -> int:
+    """Run one CNI command; write the result or error to ``stdout``; return the exit code."""
+    started = time.monotonic()
+    command = env.get("CNI_COMMAND", "")
+    if not command:
+        about = plugin.about or f"CNI {plugin.name} plugin (cnichain)"
+        stderr.write(f"{about}\nCNI protocol versions supported: {', '.join(plugin.versions)}\n")
+        return 0
+    req: Optional[Request] = None
+    try:
+        if command == "VERSION":
+            stdout.write(version_json(plugin) + "\n")
+            return 0
+        if command not in _REQUIRED_ENV:
+            raise CniError(Code.INVALID_ENV, f"unknown CNI_COMMAND: {command}")
+        req = build_request(command, env, stdin)
+        log.configure(req.conf.get("log"), plugin.name)
+        check_version(plugin, command, req.cni_version)
+        handler = plugin.handler(command)
+        result = handler(req) if handler is not None else None
+        if (
+            command in ("ADD", "DEL")
+            and req.netns
+            and env.get("CNI_NETNS_OVERRIDE", "").lower() not in ("1", "true")
+            and _same_netns_as_self(req.netns)
+        ):
+            raise CniError(Code.INVALID_NETNS, "plugin's netns and netns from CNI_NETNS should not be the same")
+        if result is not None:
+            stdout.write(json.dumps(result.to_dict(req.cni_version), indent=4) + "\n")
+        _log_done(command, req, started, 0)
+        return 0
+    except CniError as err:
+        stdout.write(error_json(err) + "\n")
+        _log_done(command, req, started, err.code, str(err))
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the spec wants JSON, never a traceback
+        import traceback
+
+        err = CniError(Code.INTERNAL, f"{plugin.name}: unexpected error: {exc}", type(exc).__name__)
+        stdout.write(error_json(err) + "\n")
+        _log_done(command, req, started, err.code, traceback.format_exc())
+        return 1
+
+
+def _log_done(command: str, req: Optional[Request], started: float, code: int, detail: str = "") -> None:
+    if not log.path:
+        return
+    elapsed_ms = (time.monotonic() - started) * 1000
+    cid = req.container_id if req else ""
+    level = "info" if code == 0 else "error"
+    msg = f"{command} container={cid} ifname={req.ifname if req else ''} code={code} elapsed_ms={elapsed_ms:.1f}"
+    log.write(level, msg + (f" error={detail}" if detail else ""))
+
+
+def run_plugin(plugin: Plugin) -> int:
+    """Process entry point: real environment and streams."""
+    import sys
+
+    try:
+        stdin = b"" if os.environ.get("CNI_COMMAND") == "VERSION" else sys.stdin.buffer.read()
+    except OSError as exc:
+        err = CniError(Code.IO_FAILURE, f"error reading from stdin: {exc}")
+        sys.stdout.write(error_json(err) + "\n")
+        return 1
+    code = dispatch(plugin, os.environ, stdin, sys.stdout, sys.stderr)
+    sys.stdout.flush()
+    return code

@@ -1,0 +1,448 @@
+"""host-local's IPAM configuration: parsing and validation, with the reference's error texts.
+
+The reference decodes the whole network config with Go's ``encoding/json`` into typed structs and
+then canonicalises every range.  Runtimes and operators match on its error strings, so this module
+reproduces them word for word (``invalid range set 0: Network has host bits set...``).  Two Go
+decoding traits matter for drop-in compatibility and are mirrored here: object keys match struct
+fields case-insensitively, and a JSON ``null`` leaves a field at its zero value.
+
+Everything here is pure: no files are read (``resolvConf`` is read by the plugin at ADD time).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional, Union
+
+from cnichain.common.cniargs import parse_cni_args
+from cnichain.common.errors import plugin_error
+from cnichain.common.types import Route
+from cnichain.common.version import parse as parse_version
+
+IP = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
+Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+
+DEFAULT_DATA_DIR = "/var/lib/cni/networks"
+
+
+# -- IP text handling with Go's net package rules --------------------------------------------
+
+
+def canonical_ip(ip: IP) -> IP:
+    """Go's ``canonicalizeIP``: an IPv4-mapped IPv6 address *is* the IPv4 address."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def parse_ip(text: str) -> Optional[IP]:
+    """``net.ParseIP``: a bare address, no zone, no prefix; None if it is not one."""
+    if not isinstance(text, str) or not text or "%" in text or "/" in text:
+        return None
+    try:
+        return canonical_ip(ipaddress.ip_address(text))
+    except ValueError:
+        return None
+
+
+def parse_cidr(text: str) -> Optional[tuple[IP, int, int]]:
+    """``net.ParseCIDR`` keeping the host part: (address, prefix, bits of the written family).
+
+    ``bits`` is the width of the mask as written (128 for ``::ffff:10.0.0.0/120``), which the
+    reference compares with the canonical address to report a version mismatch.
+    """
+    if not isinstance(text, str) or text.count("/") != 1:
+        return None
+    addr_text, prefix_text = text.split("/")
+    if "%" in addr_text or not prefix_text.isdigit() or not prefix_text.isascii():
+        return None
+    try:
+        raw = ipaddress.ip_address(addr_text)
+    except ValueError:
+        return None
+    prefix = int(prefix_text)
+    if prefix > raw.max_prefixlen:
+        return None
+    return canonical_ip(raw), prefix, raw.max_prefixlen
+
+
+def parse_ip_or_cidr(text: Any) -> Optional[IP]:
+    """``ip.ParseIP`` of the plugins repo: ``10.1.2.3`` or ``10.1.2.3/24``, the address only."""
+    if not isinstance(text, str):
+        return None
+    if "/" in text:
+        parsed = parse_cidr(text)
+        return parsed[0] if parsed else None
+    return parse_ip(text)
+
+
+def go_ip_str(ip: Optional[IP]) -> str:
+    """``net.IP.String()``: IPv6 compressed as RFC 5952; a missing address prints ``<nil>``."""
+    return "<nil>" if ip is None else str(ip)
+
+
+# -- typed configuration ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Range:
+    """One canonical range: every field filled in, start/end inclusive, gateway never handed out."""
+
+    subnet: Network
+    gateway: IP
+    start: IP
+    end: IP
+
+    @property
+    def family(self) -> int:
+        return self.subnet.version
+
+    def contains(self, ip: IP) -> bool:
+        """Go's ``Range.Contains``: same family, inside the subnet and within [start, end]."""
+        ip = canonical_ip(ip)
+        if ip.version != self.subnet.version or ip not in self.subnet:
+            return False
+        return int(self.start) <= int(ip) <= int(self.end)
+
+    def overlaps(self, other: "Range") -> bool:
+        if self.family != other.family:
+            return False
+        return (
+            self.contains(other.start)
+            or self.contains(other.end)
+            or other.contains(self.start)
+            or other.contains(self.end)
+        )
+
+    def __str__(self) -> str:
+        return f"{self.start}-{self.end}"
+
+
+@dataclass(frozen=True)
+class RangeSet:
+    """A pool of disjoint same-family ranges; one address is allocated per range set."""
+
+    ranges: tuple[Range, ...]
+
+    @property
+    def family(self) -> int:
+        return self.ranges[0].family
+
+    def range_for(self, ip: IP) -> Optional[Range]:
+        for r in self.ranges:
+            if r.contains(ip):
+                return r
+        return None
+
+    def contains(self, ip: IP) -> bool:
+        return self.range_for(ip) is not None
+
+    def overlaps(self, other: "RangeSet") -> bool:
+        return any(a.overlaps(b) for a in self.ranges for b in other.ranges)
+
+    def __str__(self) -> str:
+        return ",".join(str(r) for r in self.ranges)
+
+
+@dataclass(frozen=True)
+class IpamConfig:
+    """What host-local needs from one invocation's network config."""
+
+    name: str
+    cni_version: str
+    ranges: tuple[RangeSet, ...]
+    routes: tuple[Route, ...] = ()
+    data_dir: str = DEFAULT_DATA_DIR
+    resolv_conf: str = ""
+    requested_ips: tuple[IP, ...] = field(default_factory=tuple)
+
+
+# -- Go encoding/json emulation --------------------------------------------------------------
+
+
+def _get(obj: dict, key: str) -> Any:
+    """A struct field lookup as encoding/json does it: exact key first, then case-insensitive."""
+    if key in obj:
+        return obj[key]
+    low = key.lower()
+    for k, v in obj.items():
+        if isinstance(k, str) and k.lower() == low:
+            return v
+    return None
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _type_error(value: Any, where: str, go_type: str):
+    return plugin_error(f"json: cannot unmarshal {_json_kind(value)} into Go struct field {where} of type {go_type}")
+
+
+def _want(value: Any, kind: type, where: str, go_type: str) -> Any:
+    if value is not None and (not isinstance(value, kind) or isinstance(value, bool) and kind is not bool):
+        raise _type_error(value, where, go_type)
+    return value
+
+
+def _json_ip(value: Any, where: str) -> Optional[IP]:
+    """A ``net.IP`` field: text, or ``invalid IP address: X``."""
+    if value is None:
+        return None
+    _want(value, str, where, "net.IP")
+    ip = parse_ip(value)
+    if ip is None:
+        raise plugin_error(f"invalid IP address: {value}")
+    return ip
+
+
+def _json_cidr(value: Any, where: str) -> Optional[tuple[IP, int, int]]:
+    """A ``types.IPNet`` field: CIDR text, or ``invalid CIDR address: X``."""
+    if value is None:
+        return None
+    _want(value, str, where, "types.IPNet")
+    parsed = parse_cidr(value)
+    if parsed is None:
+        raise plugin_error(f"invalid CIDR address: {value}")
+    return parsed
+
+
+# -- ranges -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RawRange:
+    """A range as written, before canonicalisation (every field optional)."""
+
+    subnet: Optional[tuple[IP, int, int]] = None
+    start: Optional[IP] = None
+    end: Optional[IP] = None
+    gateway: Optional[IP] = None
+
+
+def _raw_range(obj: Any, where: str) -> RawRange:
+    _want(obj, dict, where, "allocator.Range")
+    obj = obj or {}
+    return RawRange(
+        subnet=_json_cidr(_get(obj, "subnet"), f"{where}.subnet"),
+        start=_json_ip(_get(obj, "rangeStart"), f"{where}.rangeStart"),
+        end=_json_ip(_get(obj, "rangeEnd"), f"{where}.rangeEnd"),
+        gateway=_json_ip(_get(obj, "gateway"), f"{where}.gateway"),
+    )
+
+
+def _raw_range_sets(value: Any, where: str) -> list[list[RawRange]]:
+    _want(value, list, where, "[]allocator.RangeSet")
+    out = []
+    for item in value or []:
+        _want(item, list, where, "allocator.RangeSet")
+        out.append([_raw_range(r, f"Range.{where.split('.', 1)[-1]}") for r in item or []])
+    return out
+
+
+def _last_ip(net: Network) -> IP:
+    """The default range end: IPv4 broadcast minus one; IPv6 the all-ones address itself."""
+    last = net.broadcast_address
+    return last - 1 if net.version == 4 else last
+
+
+def canonicalize_range(raw: RawRange) -> Range:
+    """Go's ``Range.Canonicalize``, same checks in the same order, same messages."""
+    if raw.subnet is None:
+        raise plugin_error("IP <nil> not v4 nor v6")
+    ip, prefix, bits = raw.subnet
+    if prefix > bits - 2:
+        raise plugin_error(f"Network {ip}/{prefix} too small to allocate from")
+    if ip.max_prefixlen != bits:
+        raise plugin_error("IPNet IP and Mask version mismatch")
+    net = ipaddress.ip_network(f"{ip}/{prefix}", strict=False)
+    if net.network_address != ip:
+        raise plugin_error(
+            f"Network has host bits set. For a subnet mask of length {prefix} "
+            f"the network address is {net.network_address}"
+        )
+    first = net.network_address + 1
+    gateway = raw.gateway if raw.gateway is not None else first
+    probe = Range(subnet=net, gateway=gateway, start=first, end=net.broadcast_address)
+    # While validating, the bounds not yet known are open (the reference skips nil bounds).
+    if raw.start is not None:
+        if not _in_open_range(raw.start, net, None, None):
+            raise plugin_error(f"RangeStart {raw.start} not in network {net}")
+        start = raw.start
+    else:
+        start = first
+    if raw.end is not None:
+        if not _in_open_range(raw.end, net, start, None):
+            raise plugin_error(f"RangeEnd {raw.end} not in network {net}")
+        end = raw.end
+    else:
+        end = _last_ip(net)
+    del probe
+    return Range(subnet=net, gateway=gateway, start=start, end=end)
+
+
+def _in_open_range(ip: IP, net: Network, start: Optional[IP], end: Optional[IP]) -> bool:
+    if ip.version != net.version or ip not in net:
+        return False
+    if start is not None and int(ip) < int(start):
+        return False
+    if end is not None and int(ip) > int(end):
+        return False
+    return True
+
+
+def canonicalize_range_set(raws: list[RawRange]) -> RangeSet:
+    """Go's ``RangeSet.Canonicalize``: non-empty, one family, no overlap inside the set."""
+    if not raws:
+        raise plugin_error("empty range set")
+    ranges: list[Range] = []
+    for raw in raws:
+        r = canonicalize_range(raw)
+        if ranges and r.family != ranges[0].family:
+            raise plugin_error("mixed address families")
+        ranges.append(r)
+    for i, r1 in enumerate(ranges):
+        for r2 in ranges[i + 1 :]:
+            if r1.overlaps(r2):
+                raise plugin_error(f"subnets {r1} and {r2} overlap")
+    return RangeSet(tuple(ranges))
+
+
+# -- requested addresses ----------------------------------------------------------------------
+
+
+def _requested_ips(conf: dict, cni_args: str) -> list[IP]:
+    """CNI_ARGS ``IP=``, then ``args.cni.ips``, then ``runtimeConfig.ips``: the reference's order."""
+    out: list[IP] = []
+    if cni_args:
+        env = parse_cni_args(cni_args, known={"IP"})
+        if "IP" in env and env["IP"] != "":
+            ip = parse_ip_or_cidr(env["IP"])
+            if ip is None:
+                raise plugin_error(
+                    f'ARGS: error parsing value of pair "IP={env["IP"]}": invalid IP address {env["IP"]}'
+                )
+            out.append(ip)
+    args = _want(_get(conf, "args"), dict, "Net.args", "struct")
+    cni = _want(_get(args, "cni"), dict, "Net.args.cni", "allocator.IPAMArgs") if args else None
+    sources = [(_get(cni, "ips") if cni else None, "IPAMArgs.args.cni.ips")]
+    runtime = _want(_get(conf, "runtimeConfig"), dict, "Net.runtimeConfig", "struct")
+    sources.append((_get(runtime, "ips") if runtime else None, "Net.runtimeConfig.ips"))
+    for value, where in sources:
+        _want(value, list, where, "[]*ip.IP")
+        for item in value or []:
+            if item is None:
+                continue
+            _want(item, str, where, "ip.IP")
+            ip = parse_ip_or_cidr(item)
+            if ip is None:
+                raise plugin_error(f"invalid IP address {item}")
+            out.append(ip)
+    return out
+
+
+# -- routes -----------------------------------------------------------------------------------
+
+
+def _routes(value: Any) -> tuple[Route, ...]:
+    _want(value, list, "IPAMConfig.ipam.routes", "[]*types.Route")
+    out = []
+    for item in value or []:
+        if item is None:
+            continue
+        where = "Route.ipam.routes"
+        _want(item, dict, where, "types.Route")
+        dst = _json_cidr(_get(item, "dst"), f"{where}.dst")
+        if dst is None:
+            raise plugin_error('route is missing "dst"')
+        gw = _json_ip(_get(item, "gw"), f"{where}.gw")
+        nums = {}
+        for key in ("mtu", "advmss", "priority", "table", "scope"):
+            v = _get(item, key)
+            if v is not None:
+                if not isinstance(v, int) or isinstance(v, bool):
+                    raise _type_error(v, f"{where}.{key}", "int")
+                nums[key] = v
+        out.append(Route(dst=f"{dst[0]}/{dst[1]}", gw="" if gw is None else str(gw), **nums))
+    return tuple(out)
+
+
+# -- the loader -------------------------------------------------------------------------------
+
+
+def load_ipam_config(conf: dict, cni_args: str = "") -> IpamConfig:
+    """Go's ``allocator.LoadIPAMConfig``: the full network config in, a validated config out."""
+    ipam = _get(conf, "ipam")
+    if ipam is None:
+        raise plugin_error("IPAM config missing 'ipam' key")
+    _want(ipam, dict, "Net.ipam", "allocator.IPAMConfig")
+
+    requested = _requested_ips(conf, cni_args)
+
+    raw_sets: list[list[RawRange]] = []
+    runtime = _get(conf, "runtimeConfig") or {}
+    raw_sets.extend(_raw_range_sets(_get(runtime, "ipRanges"), "Net.runtimeConfig.ipRanges"))
+    legacy = _raw_range(
+        {k: _get(ipam, k) for k in ("subnet", "rangeStart", "rangeEnd", "gateway")},
+        "IPAMConfig.ipam",
+    )
+    if legacy.subnet is not None:
+        raw_sets.append([legacy])
+    raw_sets.extend(_raw_range_sets(_get(ipam, "ranges"), "IPAMConfig.ipam.ranges"))
+    if not raw_sets:
+        raise plugin_error("no IP ranges specified")
+
+    sets: list[RangeSet] = []
+    for i, raws in enumerate(raw_sets):
+        try:
+            sets.append(canonicalize_range_set(raws))
+        except Exception as exc:  # CniError from the helpers above
+            msg = getattr(exc, "msg", str(exc))
+            raise plugin_error(f"invalid range set {i}: {msg}") from None
+
+    raw_version = conf.get("cniVersion")
+    version_text = raw_version if isinstance(raw_version, str) else ""
+    if _count_per_family(sets) > 1 and not _at_least_030(version_text):
+        raise plugin_error(
+            f"CNI version {version_text} does not support more than 1 address per family"
+        )
+
+    for i, s1 in enumerate(sets):
+        for j in range(i + 1, len(sets)):
+            if s1.overlaps(sets[j]):
+                raise plugin_error(f"range set {i} overlaps with {j}")
+
+    data_dir = _want(_get(ipam, "dataDir"), str, "IPAMConfig.ipam.dataDir", "string") or ""
+    resolv = _want(_get(ipam, "resolvConf"), str, "IPAMConfig.ipam.resolvConf", "string") or ""
+    return IpamConfig(
+        name=str(conf.get("name", "")),
+        cni_version=version_text,
+        ranges=tuple(sets),
+        routes=_routes(_get(ipam, "routes")),
+        data_dir=data_dir or DEFAULT_DATA_DIR,
+        resolv_conf=resolv,
+        requested_ips=tuple(requested),
+    )
+
+
+def _count_per_family(sets: Iterable[RangeSet]) -> int:
+    counts = {4: 0, 6: 0}
+    for s in sets:
+        counts[s.family] += 1
+    return max(counts.values())
+
+
+def _at_least_030(version: str) -> bool:
+    try:
+        return parse_version(version) >= (0, 3, 0)
+    except Exception:  # an unparsable version is "not >= 0.3.0", as in libcni
+        return False

@@ -1,0 +1,71 @@
+"""Shared fixtures.
+
+Integration tests run the plugins as real processes, the way a runtime does, inside throwaway
+namespaces: ``lab`` gives a fresh "node" namespace (the host) per test and deletes every namespace
+it made afterwards, pass or fail.  ``plugin_dir`` holds launchers written by ``cnichain install``
+for this checkout, so what is tested is what a node runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any, Iterator, Optional
+
+import pytest
+
+from cnichain.cli import install as installer
+from cnichain.cli.lab import Lab
+from cnichain.cli.runtime import Runtime
+from cnichain.common.version import ALL
+
+REFERENCE_DIR = os.environ.get("CNICHAIN_REFERENCE_DIR", "/usr/lib/cni")
+
+
+def pytest_collection_modifyitems(config: Any, items: list) -> None:
+    if os.geteuid() == 0 and shutil.which("ip"):
+        return
+    skip = pytest.mark.skip(reason="integration tests need root and iproute2")
+    for item in items:
+        if "integration" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def plugin_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A bin dir with one launcher per cnichain plugin, written by the real installer."""
+    path = str(tmp_path_factory.mktemp("cnibin"))
+    report = installer.install(path)
+    assert not report.refused
+    return path
+
+
+@pytest.fixture(scope="session")
+def reference_dir() -> str:
+    """The reference Go plugins (Debian's containernetworking-plugins); tests skip without them."""
+    if not os.path.isfile(os.path.join(REFERENCE_DIR, "bridge")):
+        pytest.skip(f"reference plugins not installed in {REFERENCE_DIR}")
+    return REFERENCE_DIR
+
+
+@pytest.fixture
+def lab() -> Iterator[Lab]:
+    """A fresh node namespace (plus whatever pods the test adds); everything removed afterwards."""
+    with Lab(prefix="cnit") as the_lab:
+        yield the_lab
+
+
+@pytest.fixture
+def make_runtime(lab: Lab, plugin_dir: str):
+    """Build a runner whose plugins execute inside the lab's node namespace."""
+
+    def factory(bin_dirs: Optional[list[str]] = None, **kw: Any) -> Runtime:
+        return Runtime(bin_dirs or [plugin_dir], lab.path("cache", "x").rsplit("/", 1)[0], node_netns=lab.node, **kw)
+
+    return factory
+
+
+@pytest.fixture(params=ALL)
+def cni_version(request: pytest.FixtureRequest) -> str:
+    """Every supported spec version."""
+    return request.param
