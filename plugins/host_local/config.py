@@ -272,10 +272,10 @@ def canonicalize_range(raw: RawRange) -> Range:
         )
     first = net.network_address + 1
     gateway = raw.gateway if raw.gateway is not None else first
-    probe = Range(subnet=net, gateway=gateway, start=first, end=net.broadcast_address)
-    # While validating, the bounds not yet known are open (the reference skips nil bounds).
+    # The reference validates with Range.Contains on the half-built range: a bound that was not
+    # written is still nil and skipped, a written rangeEnd already bounds rangeStart.
     if raw.start is not None:
-        if not _in_open_range(raw.start, net, None, None):
+        if not _in_open_range(raw.start, net, None, raw.end):
             raise plugin_error(f"RangeStart {raw.start} not in network {net}")
         start = raw.start
     else:
@@ -286,7 +286,6 @@ def canonicalize_range(raw: RawRange) -> Range:
         end = raw.end
     else:
         end = _last_ip(net)
-    del probe
     return Range(subnet=net, gateway=gateway, start=start, end=end)
 
 

@@ -1,0 +1,118 @@
+"""host-local IPAM: the command handlers, wiring config, allocator and the disk store together.
+
+ADD/DEL/CHECK behave as containernetworking/plugins' host-local and share its on-disk state.
+GC and STATUS (CNI 1.1) are additions the reference lacks: GC reclaims reservations of attachments
+the runtime no longer knows (leaks after reboots or lost DELs), STATUS reports an exhausted pool.
+"""
+
+from __future__ import annotations
+
+from functools import wraps
+from typing import Callable, Optional
+
+from cnichain.common.errors import CniError, Code, plugin_error
+from cnichain.common.skel import Plugin, Request
+from cnichain.common.types import DNS, IPConfig, Result
+
+from .allocator import allocate
+from .config import IpamConfig, load_ipam_config
+from .dns import parse_resolv_conf
+from .store import DiskStore
+
+
+def _os_errors(fn: Callable[[Request], Optional[Result]]) -> Callable[[Request], Optional[Result]]:
+    """File system failures become the reference's plain ``op path: reason`` errors (code 999)."""
+
+    @wraps(fn)
+    def wrapper(req: Request) -> Optional[Result]:
+        try:
+            return fn(req)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            where = f" {exc.filename}" if exc.filename else ""
+            raise plugin_error(f"{where.strip() or 'host-local'}: {reason[:1].lower()}{reason[1:]}") from None
+
+    return wrapper
+
+
+def _load(req: Request) -> IpamConfig:
+    return load_ipam_config(req.conf, req.args)
+
+
+@_os_errors
+def cmd_add(req: Request) -> Result:
+    cfg = _load(req)
+    dns = parse_resolv_conf(cfg.resolv_conf) if cfg.resolv_conf else DNS()
+    store = DiskStore(cfg.data_dir, cfg.name)
+    with store.locked():
+        allocs = allocate(store, cfg, req.container_id, req.ifname)
+    return Result(
+        cni_version=req.cni_version,
+        ips=[IPConfig(address=a.cidr, gateway=a.gateway) for a in allocs],
+        routes=list(cfg.routes),
+        dns=dns,
+    )
+
+
+@_os_errors
+def cmd_del(req: Request) -> None:
+    cfg = _load(req)
+    store = DiskStore(cfg.data_dir, cfg.name)
+    errors: list[str] = []
+    with store.locked(create=False) as held:
+        if held:
+            # One release per range set, like the reference (the second pass is what catches
+            # legacy id-only files left next to new-format ones).
+            for _ in cfg.ranges:
+                errors.extend(store.release_by_id(req.container_id, req.ifname))
+    if errors:
+        raise plugin_error(";".join(errors))
+    return None
+
+
+@_os_errors
+def cmd_check(req: Request) -> None:
+    cfg = _load(req)
+    store = DiskStore(cfg.data_dir, cfg.name)
+    with store.locked(create=False) as held:
+        found = held and store.find_by_id(req.container_id, req.ifname)
+    if not found:
+        raise plugin_error(f"host-local: Failed to find address added by container {req.container_id}")
+    return None
+
+
+@_os_errors
+def cmd_gc(req: Request) -> None:
+    cfg = _load(req)
+    store = DiskStore(cfg.data_dir, cfg.name)
+    errors: list[str] = []
+    with store.locked(create=False) as held:
+        if held:
+            errors = store.gc(set(req.valid_attachments()))
+    if errors:
+        raise plugin_error(";".join(errors))
+    return None
+
+
+@_os_errors
+def cmd_status(req: Request) -> None:
+    cfg = _load(req)
+    store = DiskStore(cfg.data_dir, cfg.name)
+    for idx, rangeset in enumerate(cfg.ranges):
+        if not store.has_free(rangeset):
+            raise CniError(
+                Code.NOT_AVAILABLE,
+                f"no IP addresses available in range set {idx}: {rangeset}",
+            )
+    return None
+
+
+PLUGIN = Plugin(
+    name="host-local",
+    add=cmd_add,
+    delete=cmd_del,
+    check=cmd_check,
+    gc=cmd_gc,
+    status=cmd_status,
+    about="CNI host-local plugin (cnichain)",
+)
