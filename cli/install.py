@@ -32,7 +32,16 @@ MANIFEST = ".cnichain-install.json"
 
 def available_plugins() -> dict[str, str]:
     """The plugin types whose package is present in this installation."""
-    return {t: m for t, m in PLUGINS.items() if importlib.util.find_spec(f"cnichain.plugins.{m}.plugin") is not None}
+    return {t: m for t, m in PLUGINS.items() if _has_module(f"cnichain.plugins.{m}.plugin")}
+
+
+def _has_module(name: str) -> bool:
+    # find_spec imports the parent packages and raises when one of them is missing (a plugin
+    # package not written yet), which means "not available", not an error.
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def import_roots() -> list[str]:
