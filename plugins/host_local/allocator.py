@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Optional, Protocol, Sequence
 
-from cnichain.common.errors import plugin_error
+from cnichain.common.errors import CniError, plugin_error
 
 from .config import IP, IpamConfig, Range, RangeSet, canonical_ip
 
@@ -144,8 +144,8 @@ def allocate(store: Store, cfg: IpamConfig, container_id: str, ifname: str) -> l
                     break
             try:
                 done.append(allocate_one(store, rangeset, str(idx), container_id, ifname, wanted))
-            except Exception as exc:
-                msg = getattr(exc, "msg", str(exc))
+            except (CniError, OSError) as exc:
+                msg = exc.msg if isinstance(exc, CniError) else os_error_text(exc)
                 raise plugin_error(f"failed to allocate for range {idx}: {msg}") from None
         if pending:
             raise plugin_error(
@@ -155,6 +155,13 @@ def allocate(store: Store, cfg: IpamConfig, container_id: str, ifname: str) -> l
         rollback(store, done, container_id, ifname)
         raise
     return done
+
+
+def os_error_text(exc: OSError) -> str:
+    """Roughly Go's ``*PathError`` text: ``/path: permission denied``."""
+    reason = exc.strerror or str(exc)
+    reason = reason[:1].lower() + reason[1:]
+    return f"{exc.filename}: {reason}" if exc.filename else reason
 
 
 def rollback(store: Store, done: Sequence[Allocation], container_id: str, ifname: str) -> None:

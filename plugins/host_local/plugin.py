@@ -14,7 +14,7 @@ from cnichain.common.errors import CniError, Code, plugin_error
 from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import DNS, IPConfig, Result
 
-from .allocator import allocate
+from .allocator import allocate, os_error_text
 from .config import IpamConfig, load_ipam_config
 from .dns import parse_resolv_conf
 from .store import DiskStore
@@ -28,9 +28,7 @@ def _os_errors(fn: Callable[[Request], Optional[Result]]) -> Callable[[Request],
         try:
             return fn(req)
         except OSError as exc:
-            reason = exc.strerror or str(exc)
-            where = f" {exc.filename}" if exc.filename else ""
-            raise plugin_error(f"{where.strip() or 'host-local'}: {reason[:1].lower()}{reason[1:]}") from None
+            raise plugin_error(os_error_text(exc)) from None
 
     return wrapper
 

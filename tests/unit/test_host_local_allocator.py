@@ -42,9 +42,8 @@ class FakeStore:
             del self.held[k]
 
 
-def cfg(ranges, version="1.0.0", **top):
-    conf = {"cniVersion": version, "name": "n", "ipam": {"ranges": ranges}, **top}
-    return load_ipam_config(conf, top.pop("cni_args", "") if "cni_args" in top else "")
+def cfg(ranges, version="1.0.0"):
+    return load_ipam_config({"cniVersion": version, "name": "n", "ipam": {"ranges": ranges}})
 
 
 def addrs(allocs):
