@@ -19,7 +19,7 @@ from typing import Optional
 
 from cnichain.cli import install as installer
 from cnichain.cli.lab import Lab, isolate_conflist
-from cnichain.cli.runtime import Attachment, ConfList, PluginFailed, Runtime
+from cnichain.cli.runtime import Attachment, ConfigError, ConfList, PluginFailed, Runtime
 
 DEFAULT_CONFLIST = "cnichain-default.conflist"
 NODE_ADDR, OUTSIDE_ADDR = "198.18.0.1", "198.18.0.2"  # benchmark-test range, only inside the lab
@@ -80,6 +80,9 @@ def run_demo(conflist: Optional[str] = None, pods: int = 2) -> int:
     except KeyboardInterrupt:
         _say("\ninterrupted: cleaning up")
         return 130
+    except (ConfigError, OSError, ValueError) as exc:
+        _say(f"error: {exc}")
+        return 2
     finally:
         lab.close()
         signal.signal(signal.SIGTERM, previous)
@@ -94,6 +97,8 @@ def _demo(lab: Lab, conflist_name: Optional[str], pods: int) -> int:
     wanted = _chain_types(raw)
     missing = [t for t in wanted if t not in available]
     if missing:
+        if wanted and wanted[0] in missing:
+            raise ConfigError(f"the chain's first plugin {wanted[0]!r} is not available in this installation")
         _say(f"note: {', '.join(missing)} not available in this installation; skipped in the demo")
         raw = dict(raw, plugins=[p for p in raw["plugins"] if p.get("type") in available])
     conf = ConfList.from_dict(isolate_conflist(raw, lab.workdir), path)
