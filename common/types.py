@@ -248,8 +248,7 @@ class Result:
             if routes:
                 block["routes"] = routes
             out[key] = block
-        if not self.dns.is_empty():
-            out["dns"] = self.dns.to_dict()
+        out["dns"] = self.dns.to_dict()  # Go prints the (struct) dns field even when empty
         return out
 
     # -- helpers plugins share -------------------------------------------------------------
