@@ -1,0 +1,360 @@
+"""Every netlink and sysctl effect of the bridge plugin, through pyroute2 only.
+
+The plugin process runs in the host (node) namespace, so "host" sockets and sysctls are plain; the
+pod side uses an ``IPRoute`` opened inside ``CNI_NETNS`` (common.netlink) and, for the pod's
+``/proc/sys/net`` knobs, the calling thread entered into that namespace (common.netns).  Functions
+raise CniError with the reference's messages; the caller owns ordering and rollback.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import time
+from typing import Any, Optional
+
+from cnichain.common import netns, sysctl
+from cnichain.common.errors import plugin_error
+from cnichain.common.netlink import is_gone, netlink_errno
+
+from .config import BridgeConfig
+from .plan import L3Plan, PodRoute, interface
+
+IFF_PROMISC = 0x100
+IFA_F_NODAD = 0x02
+IFA_F_TENTATIVE = 0x40
+VETH_NAME_TRIES = 10
+_OPERSTATE_WAITS = (0.0, 0.05, 0.5, 1.0, 1.0)  # seconds, as the reference polls
+
+
+def _err(exc: BaseException) -> str:
+    """Go-style lowercase error text for a netlink/OS failure."""
+    code = netlink_errno(exc) or getattr(exc, "errno", None)
+    if isinstance(code, int) and code > 0:
+        return os.strerror(code).lower()
+    return str(exc)
+
+
+def attr(msg: Any, name: str, default: Any = None) -> Any:
+    value = msg.get_attr(name) if hasattr(msg, "get_attr") else None
+    return default if value is None else value
+
+
+def link_kind(msg: Any) -> str:
+    info = attr(msg, "IFLA_LINKINFO")
+    return (info.get_attr("IFLA_INFO_KIND") or "") if info is not None else ""
+
+
+def get_link(ipr: Any, name: str) -> Optional[Any]:
+    try:
+        found = ipr.link("get", ifname=name)
+    except Exception as exc:  # noqa: BLE001 - pyroute2 raises NetlinkError
+        if is_gone(exc):
+            return None
+        raise
+    return found[0] if found else None
+
+
+def get_link_by_index(ipr: Any, index: int) -> Optional[Any]:
+    try:
+        found = ipr.link("get", index=index)
+    except Exception as exc:  # noqa: BLE001
+        if is_gone(exc):
+            return None
+        raise
+    return found[0] if found else None
+
+
+def mac_of(msg: Any) -> str:
+    return str(attr(msg, "IFLA_ADDRESS", ""))
+
+
+# -- bridge ----------------------------------------------------------------------------------------
+
+def ensure_bridge(ipr: Any, cfg: BridgeConfig) -> tuple[Any, bool]:
+    """Create (or reuse) the bridge and bring it up; return (link, created_by_us)."""
+    created = False
+    kwargs: dict[str, Any] = {"ifname": cfg.bridge, "kind": "bridge"}
+    if cfg.mtu:
+        kwargs["mtu"] = cfg.mtu
+    if cfg.needs_vlan_filtering:
+        kwargs["br_vlan_filtering"] = 1
+    try:
+        ipr.link("add", **kwargs)
+        created = True
+    except Exception as exc:  # noqa: BLE001
+        if netlink_errno(exc) != errno.EEXIST:
+            raise plugin_error(f'failed to create bridge "{cfg.bridge}": could not add "{cfg.bridge}": {_err(exc)}') from None
+    link = get_link(ipr, cfg.bridge)
+    if link is None:
+        raise plugin_error(f'failed to create bridge "{cfg.bridge}": could not lookup "{cfg.bridge}": no such device')
+    if link_kind(link) != "bridge":
+        raise plugin_error(f'failed to create bridge "{cfg.bridge}": "{cfg.bridge}" already exists but is not a bridge')
+    index = link["index"]
+    try:
+        if cfg.promisc_mode and not link["flags"] & IFF_PROMISC:
+            ipr.link("set", index=index, flags=IFF_PROMISC, mask=IFF_PROMISC)
+        _ensure_accept_ra_off(cfg.bridge)
+        if link.get("state") != "up":
+            ipr.link("set", index=index, state="up")
+    except Exception as exc:  # noqa: BLE001
+        if created:
+            delete_link(ipr, index)
+        raise plugin_error(f'failed to create bridge "{cfg.bridge}": {_err(exc)}') from None
+    return link, created
+
+
+def _ensure_accept_ra_off(ifname: str) -> None:
+    """Host-side links never take router advertisements (the gateway is ours)."""
+    try:
+        sysctl.ensure(sysctl.path_for_interface("net/ipv6/conf/%s/accept_ra", ifname), "0")
+    except FileNotFoundError:
+        pass  # IPv6 disabled on this host
+
+
+def bridge_is_unused(ipr: Any, index: int) -> bool:
+    """No port enslaved: safe to remove a bridge this ADD created."""
+    return not any(link.get_attr("IFLA_MASTER") == index for link in ipr.get_links())
+
+
+def delete_link(ipr: Any, index: int) -> None:
+    try:
+        ipr.link("del", index=index)
+    except Exception as exc:  # noqa: BLE001
+        if not is_gone(exc):
+            raise
+
+
+# -- veth pair -------------------------------------------------------------------------------------
+
+def create_veth(host: Any, pod: Any, pod_fd: int, cfg: BridgeConfig, ifname: str) -> tuple[str, int]:
+    """Create the pair from the host with the container end born in the pod; (host name, index)."""
+    if pod.link_lookup(ifname=ifname):
+        raise plugin_error(f"container veth name provided ({ifname}) already exists")
+    peer: dict[str, Any] = {"ifname": ifname, "net_ns_fd": pod_fd}
+    if cfg.mtu:
+        peer["mtu"] = cfg.mtu
+    if cfg.mac:
+        peer["address"] = cfg.mac
+    for _ in range(VETH_NAME_TRIES):
+        name = "veth" + secrets.token_hex(4)
+        kwargs: dict[str, Any] = {"ifname": name, "kind": "veth", "peer": dict(peer)}
+        if cfg.mtu:
+            kwargs["mtu"] = cfg.mtu
+        try:
+            host.link("add", **kwargs)
+        except Exception as exc:  # noqa: BLE001
+            if netlink_errno(exc) == errno.EEXIST:
+                if pod.link_lookup(ifname=ifname):
+                    raise plugin_error(f"container veth name provided ({ifname}) already exists") from None
+                continue  # host name clash: draw another one
+            raise plugin_error(f"failed to make veth pair: {_err(exc)}") from None
+        found = host.link_lookup(ifname=name)
+        if not found:
+            raise plugin_error(f"failed to make veth pair: {name} vanished after creation")
+        return name, found[0]
+    raise plugin_error("failed to make veth pair: no free host interface name after 10 tries")
+
+
+def attach_host_end(ipr: Any, name: str, index: int, bridge_index: int, cfg: BridgeConfig) -> None:
+    """Host end: no RAs, enslaved to the bridge, port flags and VLANs, up."""
+    try:
+        _ensure_accept_ra_off(name)
+        ipr.link("set", index=index, master=bridge_index)
+    except Exception as exc:  # noqa: BLE001
+        raise plugin_error(f'failed to connect "{name}" to bridge {cfg.bridge}: {_err(exc)}') from None
+    try:
+        port: dict[str, Any] = {}
+        if cfg.hairpin_mode:
+            port["mode"] = 1
+        if cfg.port_isolation:
+            port["isolated"] = 1
+        if port:
+            ipr.brport("set", index=index, **port)
+    except Exception as exc:  # noqa: BLE001
+        raise plugin_error(f"failed to setup hairpin mode for {name}: {_err(exc)}") from None
+    if cfg.needs_vlan_filtering:
+        _set_port_vlans(ipr, name, index, cfg)
+    try:
+        ipr.link("set", index=index, state="up")
+    except Exception as exc:  # noqa: BLE001
+        raise plugin_error(f'failed to set "{name}" up: {_err(exc)}') from None
+
+
+def _set_port_vlans(ipr: Any, name: str, index: int, cfg: BridgeConfig) -> None:
+    try:
+        if not cfg.preserve_default_vlan:
+            ipr.vlan_filter("del", index=index, vlan_info={"vid": 1})
+        if cfg.vlan:
+            ipr.vlan_filter("add", index=index, vlan_info={"vid": cfg.vlan, "flags": ["pvid", "untagged"]})
+        elif cfg.vlan_trunk:
+            ipr.vlan_filter("add", index=index, vlan_info={"vid": 1, "flags": ["pvid", "untagged"]})
+        for vid in cfg.vlan_trunk:
+            if vid != cfg.vlan:
+                ipr.vlan_filter("add", index=index, vlan_info={"vid": vid})
+    except Exception as exc:  # noqa: BLE001
+        raise plugin_error(f'failed to setup vlan tag on interface "{name}": {_err(exc)}') from None
+
+
+def wait_port_up(ipr: Any, index: int) -> None:
+    """The bridge port must reach operstate UP (bounded poll, as the reference)."""
+    state = "UNKNOWN"
+    for delay in _OPERSTATE_WAITS:
+        if delay:
+            time.sleep(delay)
+        link = get_link_by_index(ipr, index)
+        state = str(attr(link, "IFLA_OPERSTATE", "UNKNOWN")) if link is not None else "DOWN"
+        if state == "UP":
+            return
+    raise plugin_error(f"bridge port in error state: {state.lower()}")
+
+
+# -- pod side --------------------------------------------------------------------------------------
+
+def pod_sysctls(netns_path: str, ifname: str, cfg: BridgeConfig, plan: Optional[L3Plan]) -> None:
+    """Per-interface knobs that need the thread inside the pod namespace."""
+    with netns.entered(netns_path):
+        v6conf = f"net/ipv6/conf/{ifname}"
+        if os.path.isdir(os.path.join(sysctl.PROC_SYS, v6conf)):
+            if cfg.enable_dad:
+                sysctl.ensure(sysctl.path_for_interface("net/ipv6/conf/%s/accept_dad", ifname), "1")
+                sysctl.ensure(sysctl.path_for_interface("net/ipv6/conf/%s/enhanced_dad", ifname), "1")
+            else:
+                sysctl.ensure(sysctl.path_for_interface("net/ipv6/conf/%s/accept_dad", ifname), "0")
+        sysctl.ensure(sysctl.path_for_interface("net/ipv4/conf/%s/arp_notify", ifname), "1")
+        if plan is not None and plan.has_ipv6:
+            for name in ("lo", ifname):
+                path = sysctl.path_for_interface("net/ipv6/conf/%s/disable_ipv6", name)
+                try:
+                    sysctl.ensure(path, "0")
+                except OSError as exc:
+                    raise plugin_error(
+                        f'failed to enable IPv6 for interface "{name}" ({path}=0): {exc.strerror}'
+                    ) from None
+            sysctl.ensure(sysctl.path_for_interface("net/ipv6/conf/%s/keep_addr_on_down", ifname), "1")
+
+
+def configure_pod(pod: Any, index: int, ifname: str, plan: L3Plan, cfg: BridgeConfig) -> None:
+    """Addresses, link up, (DAD wait), routes: the reference's ConfigureIface."""
+    for ip in plan.ips:
+        iface = interface(ip.address)
+        kwargs: dict[str, Any] = {"index": index, "address": str(iface.ip), "prefixlen": iface.network.prefixlen}
+        if iface.version == 6 and not cfg.enable_dad:
+            kwargs["flags"] = IFA_F_NODAD
+        try:
+            pod.addr("add", **kwargs)
+        except Exception as exc:  # noqa: BLE001
+            raise plugin_error(f'failed to add IP addr {ip.address} to "{ifname}": {_err(exc)}') from None
+    set_up(pod, index, ifname)
+    if plan.has_ipv6_gateway and cfg.enable_dad:
+        _wait_not_tentative(pod, index, ifname)
+    for route in plan.pod_routes:
+        add_route(pod, index, ifname, route)
+
+
+def set_up(ipr: Any, index: int, ifname: str) -> None:
+    try:
+        ipr.link("set", index=index, state="up")
+    except Exception as exc:  # noqa: BLE001
+        raise plugin_error(f'failed to set "{ifname}" UP: {_err(exc)}') from None
+
+
+def _wait_not_tentative(pod: Any, index: int, ifname: str, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        addrs = pod.get_addr(family=10, index=index)
+        if not any((a.get_attr("IFA_FLAGS") or a["flags"]) & IFA_F_TENTATIVE for a in addrs):
+            return
+        if time.monotonic() >= deadline:
+            raise plugin_error(f"link {ifname} still has tentative addresses after {int(timeout)} seconds")
+        time.sleep(0.05)
+
+
+def add_route(pod: Any, index: int, ifname: str, route: PodRoute) -> None:
+    kwargs: dict[str, Any] = {"dst": route.dst, "oif": index, "proto": 3}  # "boot", as ip(8) and netlink-go
+    if route.gw:
+        kwargs["gateway"] = route.gw
+    if route.priority is not None:
+        kwargs["priority"] = route.priority
+    if route.table is not None:
+        kwargs["table"] = route.table
+    if route.scope is not None:
+        kwargs["scope"] = route.scope
+    elif not route.gw:
+        kwargs["scope"] = 253  # link scope for a device route
+    try:
+        pod.route("append", **kwargs)
+    except Exception as exc:  # noqa: BLE001
+        if netlink_errno(exc) == errno.EEXIST:
+            return
+        raise plugin_error(
+            f"failed to add route '{route.dst} via {route.gw or '<nil>'} dev {ifname} "
+            f"metric {route.priority or 0} (Scope: {route.scope or 0}, Table: {route.table or 0})': {_err(exc)}"
+        ) from None
+
+
+def delete_pod_link(netns_path: str, ifname: str) -> bool:
+    """Delete the container interface; False when netns or link is already gone."""
+    from cnichain.common.netlink import session
+
+    try:
+        with session(netns_path) as pod:
+            found = pod.link_lookup(ifname=ifname)
+            if not found:
+                return False
+            delete_link(pod, found[0])
+            return True
+    except netns.NetnsGone:
+        return False
+
+
+# -- gateway on the bridge -------------------------------------------------------------------------
+
+def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[str]) -> None:
+    """Put each "gw/prefix" on the bridge (the reference's ensureAddr), then pin the bridge MAC."""
+    if not addrs:
+        return
+    index = bridge["index"]
+    for cidr in addrs:
+        want = interface(cidr)
+        family = 2 if want.version == 4 else 10
+        present = []
+        for msg in ipr.get_addr(family=family, index=index):
+            present.append(interface(f"{msg.get_attr('IFA_ADDRESS')}/{msg['prefixlen']}"))
+        if want in present:
+            continue
+        for have in present:
+            overlaps = want.version == 4 or have.ip in want.network or want.ip in have.network
+            if not overlaps:
+                continue
+            if not cfg.force_address:
+                raise plugin_error(f'"{cfg.bridge}" already has an IP address different from {cidr}')
+            try:
+                ipr.addr("del", index=index, address=str(have.ip), prefixlen=have.network.prefixlen)
+            except Exception as exc:  # noqa: BLE001
+                if not is_gone(exc):
+                    raise plugin_error(f'could not remove IP address from "{cfg.bridge}": {_err(exc)}') from None
+        kwargs: dict[str, Any] = {"index": index, "address": str(want.ip), "prefixlen": want.network.prefixlen}
+        if want.version == 6:
+            kwargs["flags"] = IFA_F_NODAD
+        try:
+            ipr.addr("add", **kwargs)
+        except Exception as exc:  # noqa: BLE001
+            if netlink_errno(exc) != errno.EEXIST:
+                raise plugin_error(f'could not add IP address to "{cfg.bridge}": {_err(exc)}') from None
+    # Pin the MAC: otherwise the bridge takes the lowest port MAC and changes as ports churn.
+    current = get_link_by_index(ipr, index)
+    mac = mac_of(current) if current is not None else ""
+    if mac:
+        try:
+            ipr.link("set", index=index, address=mac)
+        except Exception as exc:  # noqa: BLE001
+            raise plugin_error(f"could not set bridge's mac: {_err(exc)}") from None
+
+
+def enable_forwarding(families: tuple[int, ...]) -> None:
+    if 4 in families:
+        sysctl.ensure("/proc/sys/net/ipv4/ip_forward", "1")
+    if 6 in families:
+        sysctl.ensure("/proc/sys/net/ipv6/conf/all/forwarding", "1")

@@ -1,0 +1,183 @@
+"""bridge: the command handlers.
+
+ADD builds the attachment step by step and registers an undo action after every step that changed
+something, so any failure (IPAM exhausted, name clash, netlink error, a killed nft transaction)
+unwinds in reverse: no veth, no IPAM reservation, no firewall rule and no freshly created, still
+empty bridge are left behind.  DEL needs only the config, container ID and ifname: firewall rules
+are found by their owner tag, so they go even when ``CNI_NETNS`` is empty or already deleted
+(unlike the reference, upstream issue #810).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from cnichain.common import netns
+from cnichain.common.invoke import delegate_ipam
+from cnichain.common.log import log
+from cnichain.common.skel import Plugin, Request
+from cnichain.common.types import Interface, Result
+
+from .config import BridgeConfig, load_config
+
+
+class Undo:
+    """A stack of compensating actions, run newest first; their own failures are only logged."""
+
+    def __init__(self) -> None:
+        self._actions: list[tuple[str, Callable[[], Any]]] = []
+
+    def push(self, what: str, action: Callable[[], Any]) -> None:
+        self._actions.append((what, action))
+
+    def run(self) -> None:
+        while self._actions:
+            what, action = self._actions.pop()
+            try:
+                action()
+            except Exception as exc:  # noqa: BLE001 - keep unwinding whatever happens
+                log.error(f"rollback step '{what}' failed: {exc}")
+
+
+def _config(req: Request, *, with_mac: bool = True) -> BridgeConfig:
+    return load_config(req.conf, req.args, with_mac=with_mac)
+
+
+def cmd_add(req: Request) -> Result:
+    cfg = _config(req)
+    pod_fd = netns.open_netns(req.netns)  # a missing netns fails before anything is created
+    undo = Undo()
+    host = pod = None
+    try:
+        from cnichain.common.netlink import iproute
+
+        host = iproute()
+        pod = iproute(req.netns)
+        result = _add(req, cfg, host, pod, pod_fd, undo)
+        return result
+    except BaseException:
+        undo.run()
+        raise
+    finally:
+        for sock in (host, pod):
+            if sock is not None:
+                sock.close()
+        os.close(pod_fd)
+
+
+def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo: Undo) -> Result:
+    from . import firewall, kernel
+    from .plan import plan_l3, result_dns
+
+    bridge, created = kernel.ensure_bridge(host, cfg)
+    bridge_index = bridge["index"]
+    if created:
+        undo.push("remove new bridge", lambda: kernel.bridge_is_unused(host, bridge_index)
+                  and kernel.delete_link(host, bridge_index))
+    veth_name, veth_index = kernel.create_veth(host, pod, pod_fd, cfg, req.ifname)
+    undo.push("delete veth", lambda: kernel.delete_link(host, veth_index))
+    kernel.attach_host_end(host, veth_name, veth_index, bridge_index, cfg)
+
+    container = kernel.get_link(pod, req.ifname)
+    if container is None:
+        from cnichain.common.errors import plugin_error
+
+        raise plugin_error(f"failed to find container interface {req.ifname} after creating it")
+    container_index = container["index"]
+    container_mac = kernel.mac_of(container)
+
+    if cfg.macspoofchk:
+        undo.push("remove spoof check", lambda: firewall.remove_spoof_check(cfg.network, req.container_id, req.ifname))
+        firewall.add_spoof_check(cfg.network, req.container_id, req.ifname, veth_name, container_mac)
+
+    result = Result(cni_version=req.cni_version)
+    if cfg.is_layer3:
+        ipam = delegate_ipam(req, "ADD")
+        undo.push("release IPAM", lambda: delegate_ipam(req, "DEL"))
+        assert ipam is not None
+        plan = plan_l3(ipam, cfg)
+        kernel.pod_sysctls(req.netns, req.ifname, cfg, plan)
+        kernel.configure_pod(pod, container_index, req.ifname, plan, cfg)
+        if cfg.is_gateway:
+            kernel.ensure_bridge_addrs(host, bridge, cfg, plan.bridge_addrs)
+            kernel.enable_forwarding(plan.families)
+        if cfg.ip_masq:
+            undo.push("remove masquerade", lambda: firewall.remove_masquerade(cfg.network, req.container_id, req.ifname))
+            firewall.add_masquerade(cfg.network, req.container_id, req.ifname, [ip.address for ip in plan.ips])
+        result.ips, result.routes, result.dns = plan.ips, plan.routes, result_dns(cfg, ipam)
+    elif not cfg.disable_container_interface:
+        kernel.set_up(pod, container_index, req.ifname)
+    if not cfg.is_layer3 and cfg.dns:
+        from cnichain.common.types import DNS
+
+        result.dns = DNS.from_dict(cfg.dns)
+
+    if not cfg.disable_container_interface:
+        kernel.wait_port_up(host, veth_index)
+
+    bridge_now = kernel.get_link_by_index(host, bridge_index) or bridge
+    veth_now = kernel.get_link_by_index(host, veth_index)
+    result.interfaces = [
+        Interface(name=cfg.bridge, mac=kernel.mac_of(bridge_now)),
+        Interface(name=veth_name, mac=kernel.mac_of(veth_now) if veth_now is not None else ""),
+        Interface(name=req.ifname, mac=container_mac, sandbox=req.netns),
+    ]
+    return result
+
+
+def cmd_del(req: Request) -> None:
+    cfg = _config(req, with_mac=False)
+    if cfg.ip_masq or cfg.macspoofchk:
+        from . import firewall
+
+        if cfg.ip_masq:
+            firewall.remove_masquerade(cfg.network, req.container_id, req.ifname)
+        if cfg.macspoofchk:
+            firewall.remove_spoof_check(cfg.network, req.container_id, req.ifname)
+    if req.netns:
+        from . import kernel
+
+        kernel.delete_pod_link(req.netns, req.ifname)
+    if cfg.is_layer3:
+        delegate_ipam(req, "DEL")
+    return None
+
+
+def cmd_check(req: Request) -> None:
+    from .check import check
+
+    check(req, _config(req))
+    return None
+
+
+def cmd_status(req: Request) -> None:
+    cfg = _config(req, with_mac=False)
+    if cfg.is_layer3:
+        delegate_ipam(req, "STATUS")
+    return None
+
+
+def cmd_gc(req: Request) -> None:
+    """CNI 1.1 GC (the reference has none): drop rules of attachments the runtime no longer has."""
+    cfg = _config(req, with_mac=False)
+    if cfg.ip_masq or cfg.macspoofchk:
+        from . import firewall, nftplan
+
+        keep = {nftplan.owner_tag(cfg.network, cid, ifname) for cid, ifname in req.valid_attachments()}
+        firewall.gc(cfg.network, keep)
+    if cfg.is_layer3:
+        delegate_ipam(req, "GC")
+    return None
+
+
+PLUGIN = Plugin(
+    name="bridge",
+    add=cmd_add,
+    delete=cmd_del,
+    check=cmd_check,
+    gc=cmd_gc,
+    status=cmd_status,
+    about="CNI bridge plugin (cnichain)",
+)
+
