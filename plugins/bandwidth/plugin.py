@@ -1,0 +1,267 @@
+"""bandwidth: shape a pod's traffic with token buckets on the host side of its veth.
+
+Drop-in for containernetworking/plugins' ``bandwidth`` (same config keys, capability, kernel
+layout and IFB names).  Differences, all on purpose:
+
+* a failed ADD removes what it created instead of leaving a half-shaped pod;
+* DEL also removes the qdiscs on a host veth that still exists, not only the IFB, and needs
+  neither ``CNI_NETNS`` nor ``prevResult`` for the IFB;
+* CHECK succeeds when nothing is configured (the reference crashes: upstream #1221) and also
+  verifies the ingress qdisc and the redirect filter;
+* GC (CNI 1.1) deletes IFBs this plugin created for attachments the runtime no longer lists;
+* overflowing burst arithmetic saturates instead of wrapping (see tbf.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from cnichain.common import version as versions
+from cnichain.common.errors import CniError, plugin_error
+from cnichain.common.log import log
+from cnichain.common.netns import NetnsGone
+from cnichain.common.skel import Plugin, Request
+from cnichain.common.types import Interface, Result
+
+from . import tbf
+from .config import BandwidthConfig, ifb_name, parse_config
+
+PSCHED = "/proc/net/psched"
+
+
+def _tick() -> float:
+    try:
+        with open(PSCHED, encoding="ascii") as fh:
+            return tbf.tick_in_usec(fh.read())
+    except OSError as exc:
+        raise plugin_error(f"cannot read {PSCHED}: {exc.strerror}") from None
+
+
+def _plans(cfg: BandwidthConfig, tick: float) -> tuple[Optional[tbf.TbfParams], Optional[tbf.TbfParams]]:
+    ingress = tbf.plan(cfg.ingress, tick, "ingress") if cfg.ingress else None
+    egress = tbf.plan(cfg.egress, tick, "egress") if cfg.egress else None
+    return ingress, egress
+
+
+def _ifb_alias(req: Request) -> str:
+    """Marks the IFB as ours and names its attachment, so GC can tell whose it is."""
+    from .tc import IFB_ALIAS_PREFIX
+
+    return f"{IFB_ALIAS_PREFIX} net={req.network_name} id={req.container_id}"
+
+
+def _host_veth(host: Any, req: Request, prev: Result) -> Any:
+    """The host-side veth of CNI_IFNAME, which must be a non-sandbox interface of prevResult."""
+    from . import tc
+
+    if not prev.interfaces:
+        raise plugin_error("no interfaces provided")
+    peer = tc.veth_peer_index(req.netns, req.ifname)
+    link = tc.host_veth_by_peer(host, peer)
+    if prev.find_interface(link.name, in_sandbox=False) is None:
+        raise plugin_error("no veth peer of container interface found in host ns")
+    return link
+
+
+# -- ADD ---------------------------------------------------------------------------------------
+
+def cmd_add(req: Request) -> Result:
+    cfg = parse_config(req.conf)
+    prev = req.prev_result
+    if not cfg.shaped:
+        # Nothing to shape: pass the previous result through, touch nothing (no pyroute2 import).
+        if prev is None:
+            raise plugin_error("must be called as chained plugin")
+        return prev
+    if prev is None:
+        raise plugin_error("must be called as chained plugin")
+    ingress, egress = _plans(cfg, _tick())
+
+    from cnichain.common import netlink
+
+    from . import tc
+
+    with netlink.session() as host:
+        veth = _host_veth(host, req, prev)
+        undo: list[tuple[str, int]] = []
+        try:
+            if ingress is not None:
+                tc.add_tbf(host, veth.index, ingress)
+                undo.append(("tbf", veth.index))
+            if egress is not None:
+                name = ifb_name(req.network_name, req.container_id)
+                ifb = tc.create_ifb(host, name, veth.mtu, _ifb_alias(req))
+                undo.append(("link", ifb.index))
+                try:
+                    tc.add_tbf(host, ifb.index, egress)
+                except CniError as exc:
+                    raise plugin_error(f"create ifb qdisc: {exc.msg}") from None
+                # The redirect goes in last: no packet reaches the IFB before it is shaped.
+                tc.add_ingress_qdisc(host, veth.index)
+                undo.append(("ingress", veth.index))
+                tc.add_redirect(host, veth.index, ifb.index)
+                prev.interfaces.append(Interface(name=ifb.name, mac=ifb.mac))
+        except BaseException:
+            _rollback(host, undo)
+            raise
+    log.info(f"shaped {veth.name}: ingress={cfg.ingress} egress={cfg.egress} ({cfg.source})")
+    return prev
+
+
+def _rollback(host: Any, undo: list[tuple[str, int]]) -> None:
+    """Remove what this ADD created, newest first; never mask the original error."""
+    from . import tc
+
+    for what, index in reversed(undo):
+        try:
+            if what == "tbf":
+                tc.delete_qdisc(host, index, tc.TBF_HANDLE, tc.TC_H_ROOT)
+            elif what == "ingress":
+                tc.delete_qdisc(host, index, tc.INGRESS_HANDLE, tc.TC_H_INGRESS)
+            else:
+                tc.delete_link(host, index)
+        except Exception as exc:  # noqa: BLE001 - best effort, the ADD error is what matters
+            log.warning(f"rollback of {what} on {index} failed: {exc}")
+
+
+# -- DEL ---------------------------------------------------------------------------------------
+
+def cmd_del(req: Request) -> None:
+    parse_config(req.conf)  # a config that does not parse fails DEL, as in the reference
+    prev = req.prev_result
+    name = ifb_name(req.network_name, req.container_id)
+
+    from cnichain.common import netlink
+
+    from . import tc
+
+    with netlink.session() as host:
+        ifb = tc.get_link(host, name=name)
+        veths = _veths_for_del(host, req, prev)
+        if not veths and ifb is not None:
+            veths = tc.veths_redirecting_to(host, ifb.index)
+        for veth in veths:
+            removed = tc.remove_shaping(host, veth, ifb.index if ifb else None)
+            if removed:
+                log.info(f"removed {', '.join(removed)}")
+        if ifb is not None:
+            tc.delete_link(host, ifb.index)
+            log.info(f"deleted {name}")
+    return None
+
+
+def _veths_for_del(host: Any, req: Request, prev: Optional[Result]) -> list[Any]:
+    """The pod's host veth if it still exists: from the pod side when possible, else prevResult.
+
+    Nothing here is required: a pod whose namespace or veth is gone has nothing left to unshape.
+    """
+    from . import tc
+
+    if req.netns:
+        try:
+            peer = tc.veth_peer_index(req.netns, req.ifname)
+            link = tc.get_link(host, index=peer)
+            if link is not None and link.kind == "veth":
+                if prev is None or prev.find_interface(link.name, in_sandbox=False) is not None:
+                    return [link]
+        except NetnsGone:
+            pass
+        except CniError:
+            pass  # no such interface in the pod any more
+    if prev is None:
+        return []
+    names = [i.name for i in prev.interfaces if not i.sandbox and not i.name.startswith("bwp")]
+    return tc.iter_candidates(host, names)
+
+
+# -- CHECK -------------------------------------------------------------------------------------
+
+def cmd_check(req: Request) -> None:
+    cfg = parse_config(req.conf)
+    prev = req.prev_result
+    if prev is None:
+        raise plugin_error("must be called as a chained plugin")
+    if not cfg.shaped:
+        return None
+    tick = _tick()
+
+    from cnichain.common import netlink
+
+    from . import tc
+
+    with netlink.session() as host:
+        veth = _host_veth(host, req, prev)
+        if cfg.ingress is not None:
+            _check_tbf(host, veth, tbf.accepted(cfg.ingress, tick))
+        if cfg.egress is not None:
+            name = ifb_name(req.network_name, req.container_id)
+            ifb = tc.get_link(host, name=name)
+            if ifb is None:
+                raise plugin_error(f"get ifb device: Link not found", name)
+            _check_tbf(host, ifb, tbf.accepted(cfg.egress, tick))
+            if not tc.has_ingress_qdisc(host, veth.index):
+                raise plugin_error(f"Failed to find ingress qdisc on {veth.name}")
+            if ifb.index not in tc.redirect_targets(host, veth.index):
+                raise plugin_error(f"Failed to find filter redirecting {veth.name} to {name}")
+    return None
+
+
+def _check_tbf(host: Any, link: Any, accepted: tuple[tbf.TbfParams, ...]) -> None:
+    from . import tc
+
+    q = tc.root_tbf(host, link.index)
+    if q is None or q.tbf is None:
+        raise plugin_error("Failed to find qdisc", link.name)
+    want = accepted[0]
+    got = q.tbf
+    if got in accepted:
+        return
+    for field, label in (("rate", "Rate"), ("limit", "Limit"), ("buffer", "Buffer")):
+        if all(getattr(got, field) != getattr(a, field) for a in accepted):
+            raise plugin_error(
+                f"{label} doesn't match",
+                f"{link.name}: {field} is {getattr(got, field)}, expected {getattr(want, field)}",
+            )
+    raise plugin_error("Rate, Limit and Buffer don't match together", link.name)
+
+
+# -- GC ----------------------------------------------------------------------------------------
+
+def cmd_gc(req: Request) -> None:
+    """Delete IFBs this plugin made for this network whose attachment the runtime no longer lists.
+
+    Only IFBs carrying our alias are considered (the reference's carry none, and the alias names
+    the network), so IFBs of other networks and of other tools are never touched.
+    """
+    parse_config(req.conf)
+    valid = {cid for cid, _ in req.valid_attachments()}
+
+    from cnichain.common import netlink
+
+    from . import tc
+
+    prefix = f"{tc.IFB_ALIAS_PREFIX} net={req.network_name} id="
+    with netlink.session() as host:
+        for link in tc.ifb_links(host):
+            if not link.alias.startswith(prefix):
+                continue
+            cid = link.alias[len(prefix):]
+            if cid in valid or link.name != ifb_name(req.network_name, cid):
+                continue
+            # A leaked veth still redirecting to the IFB would blackhole once the IFB is gone.
+            for veth in tc.veths_redirecting_to(host, link.index):
+                tc.remove_shaping(host, veth, link.index)
+            tc.delete_link(host, link.index)
+            log.info(f"gc: deleted {link.name} of {cid}")
+    return None
+
+
+PLUGIN = Plugin(
+    name="bandwidth",
+    add=cmd_add,
+    delete=cmd_del,
+    check=cmd_check,
+    gc=cmd_gc,
+    versions=versions.starting_from("0.3.0"),
+    about="CNI bandwidth plugin (cnichain)",
+)

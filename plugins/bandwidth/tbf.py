@@ -1,0 +1,104 @@
+"""Token-bucket numbers: from a configured rate and burst to the kernel's TBF parameters.
+
+The reference turns bits into bytes (integer division by 8), expresses the burst as the time the
+bucket needs to refill (``buffer``, in psched ticks from /proc/net/psched) and sizes the queue for
+a fixed 25 ms of backlog on top of the burst (``limit``).  The arithmetic below follows the same
+float64 steps so the kernel ends up with bit-identical parameters, which is what lets CHECK accept
+qdiscs the reference created and vice versa.
+
+One deliberate difference: where the reference's uint32 conversions overflow, it gets whatever the
+CPU makes of an out-of-range float-to-uint32 conversion (amd64 wraps, arm64 saturates).  That
+happens with the bursts container runtimes actually send (containerd: 2^32-1 bits, CRI-O: just
+under 4 GB) at any rate below ~15 Gbit/s, so a pod can get a random-looking burst.  We saturate
+(the largest burst/queue the kernel can represent) and CHECK accepts the wrapped amd64 values too.
+
+Pure: no kernel access.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cnichain.common.errors import plugin_error
+
+from .config import Shape
+
+UINT32_MAX = 2**32 - 1
+TIME_UNITS_PER_SEC = 1_000_000
+LATENCY_MS = 25.0
+
+
+@dataclass(frozen=True)
+class TbfParams:
+    """What goes into TCA_TBF_PARMS (+ TCA_TBF_RATE64): bytes/s, psched ticks, bytes."""
+
+    rate: int
+    buffer: int
+    limit: int
+
+
+def tick_in_usec(psched: str) -> float:
+    """Psched ticks per microsecond from the text of /proc/net/psched (as iproute2/netlink do)."""
+    try:
+        t2us, us2t, clock_res = (int(x, 16) for x in psched.split()[:3])
+        clock_factor = float(clock_res) / TIME_UNITS_PER_SEC
+        return float(t2us) / float(us2t) * clock_factor
+    except (ValueError, ZeroDivisionError):
+        raise plugin_error(f"cannot parse /proc/net/psched: {psched.strip()!r}") from None
+
+
+def _sat32(value: float) -> int:
+    """float -> uint32, saturating (what arm64 does, and what we do everywhere)."""
+    if value != value or value <= 0:  # NaN or negative
+        return 0
+    return UINT32_MAX if value >= UINT32_MAX else int(value)
+
+
+def _wrap32(value: float) -> int:
+    """float -> uint32 the way Go on amd64 does it: truncate to int64, keep the low 32 bits."""
+    if value != value or value <= 0:
+        return 0
+    if value >= 2.0**63:
+        return 0
+    return int(value) & UINT32_MAX
+
+
+def _compute(rate_bits: int, burst_bits: int, tick: float, conv) -> TbfParams:
+    rate = rate_bits // 8
+    burst = burst_bits // 8
+    latency_us = float(TIME_UNITS_PER_SEC) * (LATENCY_MS / 1000.0)
+    buffer_us = conv(float(burst) * float(TIME_UNITS_PER_SEC) / float(rate))
+    buffer = conv(float(buffer_us) * tick)
+    limit = conv(float(rate) * latency_us / float(TIME_UNITS_PER_SEC))
+    if conv is _wrap32:
+        limit = (limit + burst) & UINT32_MAX
+    else:
+        limit = min(limit + burst, UINT32_MAX)
+    return TbfParams(rate=rate, buffer=buffer, limit=limit)
+
+
+def plan(shape: Shape, tick: float, direction: str) -> TbfParams:
+    """The TBF parameters for one direction; refuses limits the kernel cannot represent."""
+    if shape.rate < 8:
+        raise plugin_error(f"invalid {direction} rate {shape.rate}: must be at least 8 bits per second")
+    if shape.burst < 8:
+        raise plugin_error(f"invalid {direction} burst {shape.burst}: must be at least 8 bits")
+    params = _compute(shape.rate, shape.burst, tick, _sat32)
+    if params.buffer == 0:
+        # The refill time rounds down to zero ticks: the kernel would reject the qdisc.
+        raise plugin_error(f"invalid {direction} burst {shape.burst}: too small for rate {shape.rate}")
+    return params
+
+
+def accepted(shape: Shape, tick: float) -> tuple[TbfParams, ...]:
+    """Parameter sets CHECK accepts: ours, and the reference's amd64 overflow variant."""
+    ours = _compute(shape.rate, shape.burst, tick, _sat32)
+    theirs = _compute(shape.rate, shape.burst, tick, _wrap32)
+    return (ours,) if theirs == ours else (ours, theirs)
+
+
+def burst_bytes(params: TbfParams, tick: float) -> int:
+    """The burst the kernel will actually allow, in bytes (for reports and the benchmark)."""
+    if params.rate == 0 or tick == 0:
+        return 0
+    return int(params.buffer / tick * params.rate / TIME_UNITS_PER_SEC)
