@@ -1,0 +1,87 @@
+"""route-override: rewrite the pod's routes (flush, delete, add) after the interface plugin ran.
+
+Drop-in for openshift/route-override-cni with its known defects fixed: a missing ``prevResult`` is
+a clear error instead of a nil-pointer panic (upstream issue #22); ``delroutes`` removes the route
+from the pod even when the previous result did not list it; kernel errors fail the ADD instead of
+being printed to stderr and ignored; CNI 1.1.0 is supported.  DEL is a no-op, as in the reference
+(routes die with the pod's interface), and never loads pyroute2.
+"""
+
+from __future__ import annotations
+
+from cnichain.common import netns
+from cnichain.common.errors import plugin_error
+from cnichain.common.skel import Plugin, Request
+from cnichain.common.types import Result
+
+from .config import load
+from .planner import check_problems, new_result, routes_to_delete, target_interfaces
+
+PREV_MISSING = (
+    "Required prevResult missing: route-override must be chained after the plugin that "
+    "creates the interface"
+)
+
+
+def cmd_add(req: Request) -> Result:
+    cfg = load(req.conf)
+    prev = req.require_prev_result(PREV_MISSING)
+    targets = target_interfaces(prev, req.ifname)
+    result = new_result(prev, cfg)
+    if not (cfg.flushroutes or cfg.all_delroutes() or cfg.addroutes):
+        return result  # nothing to change in the pod
+    from cnichain.common import netlink
+
+    from . import routes
+
+    try:
+        with netns.entered(req.netns):
+            with netlink.session() as ipr:
+                indexes = routes.interface_indexes(ipr, targets)
+                kernel = routes.list_routes(ipr)
+                by_index = {v: k for k, v in indexes.items()}
+                for r in routes_to_delete(kernel, set(indexes.values()), cfg):
+                    routes.delete(ipr, r, by_index.get(r.oif or 0, "?"))
+                if cfg.addroutes:
+                    dev = targets[0]
+                    oif = routes.interface_or_error(indexes, dev)
+                    kernel = routes.list_routes(ipr)
+                    for spec in cfg.addroutes:
+                        routes.add(ipr, spec, oif, dev, kernel)
+    except netns.NetnsGone as exc:
+        raise plugin_error(f"failed to override routes: {exc.msg}") from None
+    return result
+
+
+def cmd_del(req: Request) -> None:
+    """Nothing to undo: the routes belong to the pod's interface and go with it."""
+    return None
+
+
+def cmd_check(req: Request) -> None:
+    cfg = load(req.conf)
+    if cfg.skipcheck:
+        return None
+    prev = req.require_prev_result("Required prevResult missing")
+    targets = target_interfaces(prev, req.ifname)
+    from cnichain.common import netlink
+
+    from . import routes
+
+    with netns.entered(req.netns):
+        with netlink.session() as ipr:
+            indexes = routes.interface_indexes(ipr, targets)
+            kernel = routes.list_routes(ipr)
+    problems = check_problems(kernel, set(indexes.values()), prev, cfg)
+    if problems:
+        raise plugin_error(problems[0], "; ".join(problems[1:]))
+    return None
+
+
+PLUGIN = Plugin(
+    name="route-override",
+    add=cmd_add,
+    delete=cmd_del,
+    check=cmd_check,
+    about="CNI route-override plugin (cnichain)",
+)

@@ -1,0 +1,266 @@
+"""tuning's configuration: parsing, precedence of the override sources, and every safety check.
+
+All checks that can fail run here, before the plugin enters the pod namespace, so a bad config
+never leaves a half-tuned interface behind.  Messages follow the reference plugin where it has one
+(``failed to load netconf: ...``, ``duplicated sysctl keys are not allowed``, the allowlist text).
+
+Stricter than the reference on purpose: a sysctl key must be dotted (``net.core.somaxconn``),
+start with ``net``, and have no empty, ``.`` or ``..`` segment and no ``/``; the reference let
+``net/../..`` style keys through its prefix check in some versions and accepted slash keys.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from cnichain.common import gojson
+from cnichain.common.cniargs import parse_cni_args
+from cnichain.common.errors import config_error, plugin_error
+from cnichain.common.sysctl import PROC_SYS
+
+DEFAULT_DATA_DIR = "/run/cni/tuning"
+ALLOWLIST_FILE = "/etc/cni/tuning/allowlist.conf"
+_LOAD = "failed to load netconf: "
+
+
+@dataclass(frozen=True)
+class Sysctl:
+    """One sysctl to set: the key as written, its resolved relative path and the value."""
+
+    key: str
+    rel: str  # "net/ipv4/conf/eth0/arp_filter"
+    value: str
+
+    @property
+    def path(self) -> str:
+        return os.path.join(PROC_SYS, self.rel)
+
+
+@dataclass(frozen=True)
+class TuningConfig:
+    sysctl: tuple[tuple[str, str], ...] = ()  # (key as written, value), in config order
+    mac: str = ""  # normalised: lower case, colon separated
+    mtu: int = 0  # 0 = leave alone
+    promisc: bool = False  # False = leave alone (reference semantics)
+    allmulti: Optional[bool] = None
+    txqlen: Optional[int] = None
+    data_dir: str = DEFAULT_DATA_DIR
+
+    @property
+    def changes_link(self) -> bool:
+        """Whether any link attribute is set (the only case that needs netlink on ADD)."""
+        return bool(self.mac or self.mtu or self.promisc or self.allmulti is not None or self.txqlen is not None)
+
+
+# -- MAC addresses ----------------------------------------------------------------------------
+
+
+def _hex_groups(text: str, sep: str, width: int) -> Optional[bytes]:
+    groups = text.split(sep)
+    if any(len(g) != width for g in groups):
+        return None
+    try:
+        return bytes.fromhex("".join(groups))
+    except ValueError:
+        return None
+
+
+def parse_mac(text: str) -> bytes:
+    """Go's ``net.ParseMAC`` forms (6, 8 or 20 bytes; ``:``/``-`` pairs or ``.`` quads)."""
+    raw: Optional[bytes] = None
+    if len(text) >= 14:
+        if text[2:3] in (":", "-"):
+            raw = _hex_groups(text, text[2], 2)
+        elif text[4:5] == ".":
+            raw = _hex_groups(text, ".", 4)
+    if raw is None or len(raw) not in (6, 8, 20):
+        raise plugin_error(f"invalid args {text} for MAC addr: address {text}: invalid MAC address")
+    if len(raw) == 6 and (raw[0] & 1 or raw == bytes(6)):
+        raise plugin_error(f"invalid args {text} for MAC addr: {format_mac(raw)} is not a unicast address")
+    return raw
+
+
+def format_mac(raw: bytes) -> str:
+    return ":".join(f"{b:02x}" for b in raw)
+
+
+# -- sysctl keys ------------------------------------------------------------------------------
+
+
+def resolve_sysctl(key: str, value: str, ifname: str) -> Sysctl:
+    """Validate ``key`` and resolve it below ``/proc/sys/net`` for interface ``ifname``.
+
+    Dots become path separators first, then the first ``IFNAME`` becomes the interface name, so
+    names with dots (``eth0.100``) stay one path segment.
+    """
+    segments = key.split(".")
+    if (
+        not key
+        or "/" in key
+        or "\0" in key
+        or "\0" in value
+        or segments[0] != "net"
+        or len(segments) < 2
+        or any(s in ("", "..") for s in segments)
+    ):
+        raise config_error(
+            f'invalid net sysctl key: "{key}"',
+            "keys are dotted names under net. (e.g. net.ipv4.conf.IFNAME.arp_filter) "
+            "with no empty segment, '..' or '/'",
+        )
+    rel = "/".join(segments).replace("IFNAME", ifname, 1)
+    return Sysctl(key=key, rel=rel, value=value)
+
+
+def resolve_sysctls(cfg: TuningConfig, ifname: str) -> list[Sysctl]:
+    return [resolve_sysctl(k, v, ifname) for k, v in cfg.sysctl]
+
+
+def valid_rel_path(rel: str) -> bool:
+    """A relative sysctl path read back from a backup file is still below ``net/``."""
+    parts = rel.split("/")
+    return bool(rel) and "\0" not in rel and parts[0] == "net" and len(parts) >= 2 and all(
+        p not in ("", ".", "..") for p in parts
+    )
+
+
+# -- duplicate keys and the allowlist ---------------------------------------------------------
+
+
+class _Pairs(dict):
+    """A decoded JSON object that remembers whether a key was repeated."""
+
+    repeated = False
+
+
+def _pairs_hook(pairs: list[tuple[str, Any]]) -> _Pairs:
+    obj = _Pairs()
+    for k, v in pairs:
+        if k in obj:
+            obj.repeated = True
+        obj[k] = v
+    obj.top_pairs = pairs  # type: ignore[attr-defined]
+    return obj
+
+
+def check_duplicate_sysctl_keys(stdin: bytes) -> None:
+    """The reference rejects a ``sysctl`` object that names a key twice (a plain dict hides it)."""
+    try:
+        top = json.loads(stdin, object_pairs_hook=_pairs_hook)
+    except (ValueError, UnicodeDecodeError):
+        return  # the skeleton already reported undecodable input
+    if not isinstance(top, _Pairs):
+        return
+    seen: set[str] = set()
+    for k, v in top.top_pairs:  # type: ignore[attr-defined]
+        if not (isinstance(k, str) and k.lower() == "sysctl" and isinstance(v, _Pairs)):
+            continue
+        if v.repeated or seen & v.keys():
+            raise plugin_error("duplicated sysctl keys are not allowed")
+        seen.update(v.keys())
+
+
+def read_allowlist(path: str = "") -> Optional[list[str]]:
+    """The allowlist's regexes, or None when the file does not exist (no restriction)."""
+    path = path or ALLOWLIST_FILE
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise plugin_error(f"failed to read sysctl allowlist {path}: {exc.strerror}") from None
+    return [line.strip() for line in text.split("\n") if line.strip()]
+
+
+def check_allowlist(cfg: TuningConfig, allowlist: Optional[list[str]]) -> None:
+    """Every key as written must match (unanchored) one of the allowlist's regexes."""
+    if allowlist is None:
+        return
+    import re
+
+    compiled = []
+    for pattern in allowlist:
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as exc:
+            raise plugin_error(f"error parsing regexp: {exc}: `{pattern}`") from None
+    for key, _ in cfg.sysctl:
+        if not any(rx.search(key) for rx in compiled):
+            raise plugin_error(
+                f"Sysctl {key} is not allowed. Only the following sysctls are allowed: [{' '.join(allowlist)}]"
+            )
+
+
+# -- the loader -------------------------------------------------------------------------------
+
+
+def _sysctl_map(value: Any, where: str) -> dict[str, str]:
+    obj = gojson.want_object(value, where, "map[string]string", _LOAD) or {}
+    out: dict[str, str] = {}
+    for k, v in obj.items():
+        if v is None:
+            v = ""
+        out[k] = gojson.want_str(v, where, prefix=_LOAD)  # type: ignore[assignment]
+    return out
+
+
+def load(conf: dict, cni_args: str = "") -> TuningConfig:
+    """The reference's ``parseConf``: config keys < CNI_ARGS MAC < runtimeConfig.mac < args.cni."""
+    g = gojson.get
+    sysctl = _sysctl_map(g(conf, "sysctl"), "TuningConf.sysctl")
+    mac = gojson.want_str(g(conf, "mac"), "TuningConf.mac", prefix=_LOAD) or ""
+    promisc = bool(gojson.want_bool(g(conf, "promisc"), "TuningConf.promisc", _LOAD))
+    mtu = gojson.want_int(g(conf, "mtu"), "TuningConf.mtu", _LOAD) or 0
+    allmulti = gojson.want_bool(g(conf, "allmulti"), "TuningConf.allmulti", _LOAD)
+    txqlen = gojson.want_int(g(conf, "txQLen"), "TuningConf.txQLen", _LOAD)
+    data_dir = gojson.want_str(g(conf, "dataDir"), "TuningConf.dataDir", prefix=_LOAD) or DEFAULT_DATA_DIR
+    runtime = gojson.want_object(g(conf, "runtimeConfig"), "TuningConf.runtimeConfig", "struct", _LOAD)
+    runtime_mac = gojson.want_str(g(runtime, "mac"), "TuningConf.runtimeConfig.mac", prefix=_LOAD)
+    args = gojson.want_object(g(conf, "args"), "TuningConf.args", "struct", _LOAD)
+    cni = gojson.want_object(g(args, "cni"), "TuningConf.args.cni", "main.IPAMArgs", _LOAD)
+
+    if cni_args:
+        env = parse_cni_args(cni_args, known={"MAC"})
+        if env.get("MAC"):
+            mac = env["MAC"]
+    if runtime_mac:
+        mac = runtime_mac
+    if cni:
+        where = "IPAMArgs.args.cni"
+        if g(cni, "sysctl") is not None:
+            sysctl.update(_sysctl_map(g(cni, "sysctl"), f"{where}.sysctl"))
+        value = gojson.want_str(g(cni, "mac"), f"{where}.mac", prefix=_LOAD)
+        if value is not None:
+            mac = value
+        value_b = gojson.want_bool(g(cni, "promisc"), f"{where}.promisc", _LOAD)
+        if value_b is not None:
+            promisc = value_b
+        value_i = gojson.want_int(g(cni, "mtu"), f"{where}.mtu", _LOAD)
+        if value_i is not None:
+            mtu = value_i
+        value_b = gojson.want_bool(g(cni, "allmulti"), f"{where}.allmulti", _LOAD)
+        if value_b is not None:
+            allmulti = value_b
+        value_i = gojson.want_int(g(cni, "txQLen"), f"{where}.txQLen", _LOAD)
+        if value_i is not None:
+            txqlen = value_i
+
+    if mtu < 0 or mtu > 0xFFFFFFF:
+        raise config_error(f"invalid mtu {mtu}: must be a positive number (0 leaves the MTU alone)")
+    if txqlen is not None and not 0 <= txqlen <= 0xFFFFFFFF:
+        raise config_error(f"invalid txQLen {txqlen}: must be between 0 and 4294967295")
+    if not data_dir.startswith("/") or "\0" in data_dir:
+        raise config_error(f'invalid dataDir "{data_dir}": must be an absolute path')
+    return TuningConfig(
+        sysctl=tuple(sysctl.items()),
+        mac=format_mac(parse_mac(mac)) if mac else "",
+        mtu=mtu,
+        promisc=promisc,
+        allmulti=allmulti,
+        txqlen=txqlen,
+        data_dir=os.path.normpath(data_dir),
+    )

@@ -1,0 +1,283 @@
+"""tuning: sysctls and interface attributes of the pod's interface, chained after its creator.
+
+ADD reads every original value first, saves them in the backup file, and only then writes; if any
+write fails, what was already changed is put back and the backup removed, so a failed ADD leaves
+the pod as it found it.  DEL restores MAC, MTU, promisc, allmulti and txqueuelen like the reference
+and, unlike it, also the sysctls tuning changed (a sysctl is put back only while it still holds the
+value tuning wrote, so a later change by someone else wins).  That matters for interfaces that
+outlive the pod (host-device, SR-IOV); for a veth the namespace dies anyway.
+
+Latency: a sysctl-only config never imports pyroute2 (sysctls are files under /proc/sys, written
+with the thread inside the pod namespace); DEL without a backup file does not even enter the
+namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any, Optional
+
+from cnichain.common import netns, sysctl
+from cnichain.common.errors import CniError, plugin_error
+from cnichain.common.log import log
+from cnichain.common.skel import Plugin, Request
+from cnichain.common.types import Result
+
+from . import backup
+from .config import (
+    Sysctl,
+    TuningConfig,
+    check_allowlist,
+    check_duplicate_sysctl_keys,
+    load,
+    read_allowlist,
+    resolve_sysctls,
+    valid_rel_path,
+)
+
+PREV_MISSING = "Required prevResult missing"
+
+
+def _os_error(op: str, path: str, exc: OSError) -> CniError:
+    reason = (exc.strerror or str(exc)).lower()
+    return plugin_error(f"{op} {path}: {reason}")
+
+
+def _same(a: str, b: str) -> bool:
+    """Sysctl values compare by their fields: ``0 2147483647`` reads back tab-separated."""
+    return a.split() == b.split()
+
+
+def _wanted_link(cfg: TuningConfig) -> dict[str, Any]:
+    """The configured link attributes, keyed like the backup file."""
+    out: dict[str, Any] = {}
+    if cfg.mac:
+        out["mac"] = cfg.mac
+    if cfg.promisc:
+        out["promisc"] = True
+    if cfg.mtu:
+        out["mtu"] = cfg.mtu
+    if cfg.allmulti is not None:
+        out["allmulti"] = cfg.allmulti
+    if cfg.txqlen is not None:
+        out["txQLen"] = cfg.txqlen
+    return out
+
+
+def _read_sysctl(path: str) -> str:
+    try:
+        return sysctl.read(path)
+    except OSError as exc:
+        raise _os_error("open", path, exc) from None
+
+
+def _write_sysctl(path: str, value: str) -> None:
+    try:
+        sysctl.write(path, value)
+    except OSError as exc:
+        raise _os_error("write", path, exc) from None
+
+
+# -- ADD ----------------------------------------------------------------------------------------
+
+
+def cmd_add(req: Request) -> Result:
+    check_duplicate_sysctl_keys(req.stdin)
+    cfg = load(req.conf, req.args)
+    check_allowlist(cfg, read_allowlist())
+    sysctls = resolve_sysctls(cfg, req.ifname)
+    prev = req.require_prev_result(PREV_MISSING)
+    wanted = _wanted_link(cfg)
+    if not sysctls and not wanted:
+        return prev  # e.g. podman's bare {"type": "tuning"}: nothing to do, nothing to enter
+    with netns.entered(req.netns):
+        if wanted:
+            from cnichain.common import netlink
+
+            with netlink.session() as ipr:
+                _apply(req, cfg, sysctls, wanted, ipr)
+        else:
+            _apply(req, cfg, sysctls, wanted, None)
+    if cfg.mac or cfg.mtu:
+        for iface in prev.interfaces:
+            if iface.name == req.ifname:
+                if cfg.mac:
+                    iface.mac = cfg.mac
+                if cfg.mtu and iface.mtu:
+                    iface.mtu = cfg.mtu
+    return prev
+
+
+def _apply(req: Request, cfg: TuningConfig, sysctls: list[Sysctl], wanted: dict, ipr: Any) -> None:
+    """Snapshot, save the backup, then change; undo everything if a change fails."""
+    olds = [(s, _read_sysctl(s.path)) for s in sysctls]
+    state = None
+    data: dict[str, Any] = {}
+    if wanted:
+        from . import link
+
+        state = link.require(ipr, req.ifname)
+        data.update(link.snapshot(state, wanted))
+    changed = {s.rel: {"old": old, "new": s.value} for s, old in olds if not _same(old, s.value)}
+    if changed:
+        data["sysctl"] = changed
+    path = backup.backup_path(cfg.data_dir, req.container_id, req.ifname)
+    existing = backup.load(path)
+    if data:
+        backup.save(path, backup.merge(existing, data))
+    written: list[tuple[Sysctl, str]] = []
+    try:
+        for s, old in olds:
+            if s.rel in changed:
+                _write_sysctl(s.path, s.value)
+                written.append((s, old))
+        if wanted:
+            link.apply(ipr, state, req.ifname, wanted)
+    except Exception:
+        _rollback(req, written, ipr, state, data, path, existing)
+        raise
+
+
+def _rollback(req: Request, written: list, ipr: Any, state: Any, data: dict, path: str, existing: Optional[dict]) -> None:
+    for s, old in reversed(written):
+        try:
+            sysctl.write(s.path, old)
+        except OSError as exc:
+            log.error(f"tuning: cannot roll back {s.path}: {exc}")
+    if state is not None:
+        from . import link
+
+        try:
+            now = link.read(ipr, req.ifname)
+            if now is not None:
+                link.apply(ipr, now, req.ifname, backup.link_part(data))
+        except CniError as exc:
+            log.error(f"tuning: cannot roll back link attributes: {exc}")
+    if existing:
+        backup.save(path, existing)
+    elif data:
+        backup.remove(path)
+
+
+# -- DEL ----------------------------------------------------------------------------------------
+
+
+def cmd_del(req: Request) -> None:
+    cfg = load(req.conf, req.args)  # only a config that does not parse makes DEL fail
+    path = backup.backup_path(cfg.data_dir, req.container_id, req.ifname)
+    data = backup.load(path)
+    if data is None:
+        return None  # nothing was changed, or already restored: no namespace, no netlink
+    if not data or not req.netns:
+        backup.remove(path)  # unreadable, or the pod's namespace is already gone
+        return None
+    try:
+        with netns.entered(req.netns):
+            errors = _restore(req, data)
+    except netns.NetnsGone:
+        backup.remove(path)
+        return None
+    if errors:
+        # As the reference: DEL still succeeds (a failing DEL wedges pod deletion), but the backup
+        # stays so a repeated DEL can try again.
+        log.error(f"tuning: restore of {req.ifname} incomplete: {'; '.join(errors)}")
+        return None
+    backup.remove(path)
+    return None
+
+
+def _restore(req: Request, data: dict) -> list[str]:
+    errors: list[str] = []
+    saved = data.get("sysctl")
+    if isinstance(saved, dict):
+        for rel, entry in saved.items():
+            if not (isinstance(rel, str) and valid_rel_path(rel) and isinstance(entry, dict)):
+                continue
+            old, new = entry.get("old"), entry.get("new")
+            if not isinstance(old, str) or not isinstance(new, str):
+                continue
+            full = os.path.join(sysctl.PROC_SYS, rel)
+            try:
+                if _same(sysctl.read(full), new):
+                    sysctl.write(full, old)
+            except FileNotFoundError:
+                continue  # the interface this sysctl belonged to is gone
+            except OSError as exc:
+                errors.append(f"failed to restore {full}: {exc.strerror}")
+    wanted = backup.link_part(data)
+    if wanted:
+        from cnichain.common import netlink
+
+        from . import link
+
+        with netlink.session() as ipr:
+            state = link.read(ipr, req.ifname)
+            if state is not None:
+                try:
+                    link.apply(ipr, state, req.ifname, wanted)
+                except CniError as exc:
+                    errors.append(exc.msg)
+    return errors
+
+
+# -- CHECK --------------------------------------------------------------------------------------
+
+
+def cmd_check(req: Request) -> None:
+    check_duplicate_sysctl_keys(req.stdin)
+    cfg = load(req.conf, req.args)
+    req.require_prev_result(PREV_MISSING)
+    sysctls = resolve_sysctls(cfg, req.ifname)  # IFNAME resolved here too (the reference forgot)
+    wanted = _wanted_link(cfg)
+    with netns.entered(req.netns):
+        for s in sysctls:
+            current = _read_sysctl(s.path)
+            if not _same(current, s.value):
+                raise plugin_error(
+                    f"Error: Tuning configured value of {s.path} is {s.value}, current value is {current}"
+                )
+        if not wanted:
+            try:
+                socket.if_nametoindex(req.ifname)  # existence only: no netlink needed
+            except OSError:
+                raise plugin_error(f"Cannot find container link {req.ifname}") from None
+            return None
+        from cnichain.common import netlink
+
+        from . import link
+
+        with netlink.session() as ipr:
+            state = link.read(ipr, req.ifname)
+    if state is None:
+        raise plugin_error(f"Cannot find container link {req.ifname}")
+    _compare(req.ifname, cfg, state)
+    return None
+
+
+def _compare(ifname: str, cfg: TuningConfig, state: Any) -> None:
+    if cfg.mac and cfg.mac != state.mac:
+        raise plugin_error(f"Error: Tuning configured Ethernet of {ifname} is {cfg.mac}, current value is {state.mac}")
+    if cfg.promisc and not state.promisc:
+        raise plugin_error(f"Error: Tuning link {ifname} configured promisc is true, current value is 0")
+    if cfg.mtu and cfg.mtu != state.mtu:
+        raise plugin_error(f"Error: Tuning configured MTU of {ifname} is {cfg.mtu}, current value is {state.mtu}")
+    if cfg.allmulti is not None and cfg.allmulti != state.allmulti:
+        raise plugin_error(
+            f"Error: Tuning configured all-multicast mode of {ifname} is {str(cfg.allmulti).lower()}, "
+            f"current value is {str(state.allmulti).lower()}"
+        )
+    if cfg.txqlen is not None and cfg.txqlen != state.txqlen:
+        raise plugin_error(
+            f"Error: Tuning configured Transmit Queue Length of {ifname} is {cfg.txqlen}, "
+            f"current value is {state.txqlen}"
+        )
+
+
+PLUGIN = Plugin(
+    name="tuning",
+    add=cmd_add,
+    delete=cmd_del,
+    check=cmd_check,
+    about="CNI tuning plugin (cnichain)",
+)
