@@ -226,6 +226,34 @@ def gc(
     typer.echo(f"{len(live)} live attachment(s) kept")
 
 
+@app.command()
+def bench(
+    pods: int = typer.Option(20, "--pods", min=1, help="Pods through the whole chain, one after another"),
+    parallel: int = typer.Option(8, "--parallel", min=0, help="Pods per parallel batch (0 skips the phase)"),
+    parallel_rounds: int = typer.Option(3, "--parallel-rounds", min=1),
+    growth: str = typer.Option("0,100,1000", "--growth", help="Other pods present for the growth phase ('' skips it)"),
+    growth_samples: int = typer.Option(10, "--growth-samples", min=1),
+    floor_samples: int = typer.Option(30, "--floor-samples", min=1),
+    modes: str = typer.Option("cold,reference", "--modes", help="Comma-separated subset of cold,warm,reference"),
+    reference_dir: str = typer.Option("/usr/lib/cni", "--reference-dir", help="The reference Go plugins"),
+    conflist: str = typer.Option("", "--conflist", help="Conflist to run (default: the shipped default chain)"),
+    output_dir: str = typer.Option("benchmarks/results", "--output-dir", help="Where the JSON, table and PNG go"),
+    phases: str = typer.Option("floor,chain,parallel,growth", "--phases"),
+    no_fallback: bool = typer.Option(False, "--no-fallback", help="Do not stand in reference plugins for missing ones"),
+    no_chart: bool = typer.Option(False, "--no-chart"),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress line"),
+) -> None:
+    """Per-pod exec-to-exit latency of the chain, side by side with the reference plugins."""
+    from cnichain.cli import bench as bench_mod
+
+    try:
+        options = bench_mod.options_from(pods, parallel, parallel_rounds, growth, growth_samples, floor_samples, modes,
+                                         reference_dir, conflist, output_dir, phases, not no_fallback, not no_chart, quiet)
+    except ValueError as exc:
+        _fail(str(exc), 2)
+    raise typer.Exit(bench_mod.main(options=options))
+
+
 def main() -> None:
     app()
 
