@@ -1,0 +1,85 @@
+"""A tiny run of ``cnichain bench``: the structure of its outputs, never its times."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from cnichain.cli import bench
+from cnichain.cli.lab import leftover_namespaces
+
+pytestmark = pytest.mark.integration
+
+
+def _tiny(tmp_path, reference_dir: str, **kw) -> bench.Options:
+    base = dict(pods=2, parallel=2, parallel_rounds=1, growth=(0, 3), growth_samples=1, floor_samples=2,
+                modes=("cold", "reference"), reference_dir=reference_dir, output_dir=str(tmp_path / "out"),
+                quiet=True)
+    base.update(kw)
+    return bench.Options(**base)
+
+
+def test_tiny_bench_side_by_side(tmp_path, reference_dir):
+    before = set(leftover_namespaces("cnib"))
+    out, files = bench.run_bench(_tiny(tmp_path, reference_dir))
+    assert set(leftover_namespaces("cnib")) <= before, "the bench left namespaces behind"
+    assert not out["errors"], out["errors"]
+    # both implementations ran the chain; the reference chain lacks route-override
+    assert set(out["modes"]) == {"cold", "reference"}
+    assert "route-override" in out["modes"]["reference"]["skipped"]
+    assert out["modes"]["cold"]["plugins"]["bridge"] in ("ours", "reference")
+    for command in ("ADD", "DEL"):
+        cells = out["chain"]["bridge"][command]
+        assert cells["cold"]["n"] == 2 and cells["reference"]["n"] == 2
+        assert cells["cold"]["median_ms"] > 0 and cells["reference"]["p95_ms"] > 0
+        assert cells["ratio"] > 0
+        for mode in ("cold", "reference"):
+            assert out["chain_totals"][mode]["all"][command]["n"] == 2
+        assert out["chain_totals"]["ratio"][command] > 0
+        assert out["parallel"]["cold"][command]["n"] == 1
+        for plugin in ("host-local", "portmap"):
+            levels = out["growth"][plugin][command]
+            assert set(levels) == {"0", "3"}
+            assert levels["3"]["cold"]["n"] == 1 and levels["3"]["reference"]["n"] == 1
+    if "route-override" in out["chain"]:  # ours only, reported alone
+        assert set(out["chain"]["route-override"]["ADD"]) == {"cold"}
+    assert out["floor"]["n"] == 2 and out["floor"]["median_ms"] > 0
+    assert {t["target"].split()[0] for t in out["targets"]} >= {"chain"}
+    # files: JSON equal to the summary, a table, and a chart or a note why not
+    with open(files["json"]) as fh:
+        assert json.load(fh)["schema"] == "cnichain-bench/1"
+    table = open(files["table"]).read()
+    assert "chain totals per pod" in table and "growth" in table and "ours/ref" in table
+    assert "png" in files or any(n.startswith("chart skipped") for n in out["notes"])
+    if "png" in files:
+        with open(files["png"], "rb") as fh:
+            assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_ours_alone_without_reference(tmp_path, reference_dir):
+    out, files = bench.run_bench(_tiny(tmp_path, reference_dir, pods=1, modes=("cold",), phases=("chain",),
+                                       fallback=True, chart=False))
+    assert set(out["modes"]) == {"cold"}
+    assert "ratio" not in out["chain_totals"]
+    assert "png" not in files
+    assert "ours/ref" not in bench.render_table(out)
+
+
+def test_bad_options_are_refused():
+    with pytest.raises(ValueError, match="unknown mode"):
+        bench.options_from(1, 0, 1, "", 1, 1, "cold,hot", "/usr/lib/cni", "", "/tmp", "chain", True, False, True)
+    with pytest.raises(ValueError, match="unknown phase"):
+        bench.options_from(1, 0, 1, "", 1, 1, "cold", "/usr/lib/cni", "", "/tmp", "chain,nap", True, False, True)
+    assert bench.main(["--modes", "nope"]) == 2
+
+
+def test_warm_mode_is_reported_when_the_agent_is_missing(tmp_path, reference_dir):
+    out, _ = bench.run_bench(_tiny(tmp_path, reference_dir, pods=1, modes=("cold", "warm"), phases=("chain",),
+                                   chart=False))
+    if bench.warm_unavailable():
+        assert "warm" not in out["modes"]
+        assert any(n.startswith("warm skipped") for n in out["notes"])
+    else:
+        assert "warm" in out["modes"]

@@ -1,0 +1,65 @@
+"""The lean cold paths that need a real namespace: no pyroute2 where no netlink is needed.
+
+Companion of tests/unit/test_import_budget.py for the paths a unit test cannot reach without root:
+tuning with only sysctls (ADD, CHECK, DEL in a real pod namespace) and portmap with port mappings
+(its nftables work, inside the lab's node namespace).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.unit.test_import_budget import ALWAYS_FORBIDDEN, explain, imported_modules, offenders
+
+pytestmark = pytest.mark.integration
+
+
+def _need(plugin_dir: str, plugin_type: str) -> str:
+    path = os.path.join(plugin_dir, plugin_type)
+    if not os.path.isfile(path):
+        pytest.skip(f"{plugin_type} is not implemented yet")
+    return path
+
+
+def _env(command: str, netns: str) -> dict:
+    return {"CNI_COMMAND": command, "CNI_CONTAINERID": "budget-ctr", "CNI_NETNS": netns, "CNI_IFNAME": "eth0",
+            "CNI_PATH": "/nonexistent"}
+
+
+def test_tuning_sysctls_only_never_loads_pyroute2(lab, plugin_dir, tmp_path):
+    launcher = _need(plugin_dir, "tuning")
+    pod = lab.netns("pod")
+    lab.run(pod, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p")
+    conf = {"cniVersion": "1.0.0", "name": "budget", "type": "tuning", "dataDir": str(tmp_path / "tuning"),
+            "sysctl": {"net.core.somaxconn": "512", "net.ipv4.conf.IFNAME.arp_filter": "1"},
+            "prevResult": {"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": pod}],
+                           "ips": [{"address": "10.9.0.2/24", "interface": 0}]}}
+    prefix = ("ip", "netns", "exec", os.path.basename(lab.node))
+    for command in ("ADD", "CHECK", "DEL", "DEL"):
+        code, mods, out = imported_modules(launcher, _env(command, pod), json.dumps(conf).encode(), prefix)
+        assert code == 0, out
+        bad = offenders(mods, ALWAYS_FORBIDDEN + ("pyroute2", "nftables"))
+        assert not bad, f"tuning {command} imported {bad}; {explain(mods)}"
+        if command == "ADD":  # the sysctl really was written in the pod (ours restores it on DEL)
+            assert lab.run(pod, "cat", "/proc/sys/net/core/somaxconn").stdout.strip() == "512"
+
+
+def test_portmap_with_mappings_never_loads_pyroute2(lab, plugin_dir):
+    launcher = _need(plugin_dir, "portmap")
+    pod = lab.netns("pod")
+    lab.run(lab.node, "ip", "link", "add", "br-budget", "type", "bridge")
+    lab.run(lab.node, "ip", "addr", "add", "10.9.0.1/24", "dev", "br-budget")
+    lab.run(lab.node, "ip", "link", "set", "br-budget", "up")
+    conf = {"cniVersion": "1.0.0", "name": "budget", "type": "portmap", "snat": True,
+            "runtimeConfig": {"portMappings": [{"hostPort": 18080, "containerPort": 80, "protocol": "tcp"}]},
+            "prevResult": {"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": pod}],
+                           "ips": [{"address": "10.9.0.2/24", "interface": 0}]}}
+    prefix = ("ip", "netns", "exec", os.path.basename(lab.node))
+    for command in ("ADD", "CHECK", "DEL", "DEL"):
+        code, mods, out = imported_modules(launcher, _env(command, pod), json.dumps(conf).encode(), prefix)
+        assert code == 0, out
+        bad = offenders(mods, ALWAYS_FORBIDDEN + ("pyroute2",))
+        assert not bad, f"portmap {command} imported {bad}; {explain(mods)}"
