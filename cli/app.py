@@ -254,6 +254,22 @@ def bench(
     raise typer.Exit(bench_mod.main(options=options))
 
 
+@app.command()
+def agent(
+    socket_path: str = typer.Option("/run/cnichain/agent.sock", "--socket", envvar="CNICHAIN_AGENT_SOCKET", help="Unix socket the plugin shims connect to"),
+    metrics_socket: Optional[str] = typer.Option(None, "--metrics-socket", help='Prometheus endpoint (HTTP on a unix socket); default "<socket>.metrics", "" disables'),
+    metrics_port: int = typer.Option(0, "--metrics-port", help="Also serve /metrics on 127.0.0.1:PORT (opt-in)"),
+    request_timeout: float = typer.Option(60.0, "--request-timeout", help="Seconds before a request's worker is killed"),
+    max_workers: int = typer.Option(64, "--max-workers", help="Concurrent requests; more are sent back to the cold path"),
+    log_file: str = typer.Option("", "--log-file", help="Request log (default: stderr)"),
+) -> None:
+    """Run the node agent in the foreground: warm plugin handlers behind the installed shims."""
+    from cnichain.cli.agent import serve
+
+    raise typer.Exit(serve(socket_path, metrics_socket=metrics_socket, metrics_port=metrics_port,
+                           request_timeout=request_timeout, max_workers=max_workers, log_file=log_file or None))
+
+
 def main() -> None:
     app()
 

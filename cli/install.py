@@ -61,17 +61,42 @@ def import_roots() -> list[str]:
     return seen
 
 
-def launcher_source(module: str, python: Optional[str] = None, roots: Optional[list[str]] = None) -> str:
+def launcher_source(
+    module: str,
+    python: Optional[str] = None,
+    roots: Optional[list[str]] = None,
+    agent_socket: Optional[str] = None,
+) -> str:
+    """The executable for one plugin: try the node agent first, else run the plugin in-process.
+
+    ``agent_socket`` is baked in (default: ``$CNICHAIN_AGENT_SOCKET`` at install time, else
+    /run/cnichain/agent.sock); ``""`` writes a launcher that never contacts an agent.  Otherwise
+    ``$CNICHAIN_AGENT_SOCKET`` at run time still overrides it ("off" disables).  The type name sent to the agent is derived from
+    the module, so the agent runs the same plugin the cold path would.
+    """
     python = python or sys.executable
     roots = import_roots() if roots is None else roots
-    return (
+    if agent_socket is None:
+        agent_socket = os.environ.get("CNICHAIN_AGENT_SOCKET", "/run/cnichain/agent.sock")
+    plugin_type = {m: t for t, m in PLUGINS.items()}.get(module, module.replace("_", "-"))
+    head = (
         f"#!{python} -IS\n"
         f"{MARKER} (written by 'cnichain install'; do not edit)\n"
         "import sys\n"
         f"sys.path[0:0] = {roots!r}\n"
+    )
+    cold = (
         f"from cnichain.plugins.{module}.__main__ import main\n"
         "sys.exit(main())\n"
     )
+    if not agent_socket:
+        return head + cold
+    return head + (
+        "from cnichain.common.shim import forward\n"
+        f"code = forward({plugin_type!r}, {agent_socket!r})\n"
+        "if code is not None:\n"
+        "    sys.exit(code)\n"
+    ) + cold
 
 
 def conflists_dir() -> str:
@@ -158,7 +183,9 @@ def install(
     force: bool = False,
     python: Optional[str] = None,
     plugins: Optional[list[str]] = None,
+    agent_socket: Optional[str] = None,
 ) -> InstallReport:
+    """``agent_socket``: see :func:`launcher_source` (None: the default; "": no agent)."""
     report = InstallReport()
     os.makedirs(bin_dir, mode=0o755, exist_ok=True)
     manifest = _load_manifest(bin_dir)
@@ -167,7 +194,7 @@ def install(
     if plugins is not None:
         chosen = {t: m for t, m in chosen.items() if t in plugins}
     for plugin_type, module in sorted(chosen.items()):
-        source = launcher_source(module, python, roots).encode()
+        source = launcher_source(module, python, roots, agent_socket).encode()
         _write(os.path.join(bin_dir, plugin_type), source, 0o755, manifest, force, report)
     if conf_dir and conflist:
         src = os.path.join(conflists_dir(), conflist if conflist.endswith((".conflist", ".conf")) else conflist + ".conflist")

@@ -32,10 +32,27 @@ def pytest_collection_modifyitems(config: Any, items: list) -> None:
 
 
 @pytest.fixture(scope="session")
-def plugin_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+def agent_socket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """"" (launchers run cold), or with CNICHAIN_TEST_AGENT=1 (as root) the socket of a session agent.
+
+    Opt-in so that the same integration suite runs once cold and once warm (cli/agent.py).
+    """
+    if os.environ.get("CNICHAIN_TEST_AGENT") != "1" or os.geteuid() != 0:
+        yield ""
+        return
+    from cnichain.cli.agent import running_agent
+
+    folder = tmp_path_factory.mktemp("agent")
+    os.chmod(folder, 0o700)
+    with running_agent(os.path.join(str(folder), "agent.sock")) as agent:
+        yield agent.socket_path
+
+
+@pytest.fixture(scope="session")
+def plugin_dir(tmp_path_factory: pytest.TempPathFactory, agent_socket: str) -> str:
     """A bin dir with one launcher per cnichain plugin, written by the real installer."""
     path = str(tmp_path_factory.mktemp("cnibin"))
-    report = installer.install(path)
+    report = installer.install(path, agent_socket=agent_socket)
     assert not report.refused
     return path
 
