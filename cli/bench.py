@@ -138,6 +138,7 @@ class Bench:
         self._lock = threading.Lock()
         self.modes: dict[str, Mode] = {}
         self.our_bin = os.path.join(lab.workdir, "bin")
+        self.cleanup: list[Any] = []  # context managers to exit when the bench ends (the agent)
 
     # -- set-up ----------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -175,8 +176,14 @@ class Bench:
         workdir = os.path.join(self.lab.workdir, name)
         os.makedirs(workdir, mode=0o700, exist_ok=True)
         mode = Mode(name, dirs, node, workdir, runtime=None)  # type: ignore[arg-type]
-        mode.runtime = Runtime(dirs, os.path.join(workdir, "cache"), node_netns=node, on_exec=self._recorder(mode), timeout=60)
+        mode.runtime = Runtime(dirs, os.path.join(workdir, "cache"), node_netns=node, on_exec=self._recorder(mode),
+                               timeout=60, extra_env=self._mode_env(name))
         return mode
+
+    @staticmethod
+    def _mode_env(name: str) -> dict[str, str]:
+        # cold: never forward to an agent, even one running on the machine; warm: set at start.
+        return {"CNICHAIN_AGENT_SOCKET": "off"} if name == "cold" else {}
 
     def _recorder(self, mode: Mode) -> Callable[[ExecRecord], None]:
         def record(rec: ExecRecord) -> None:
@@ -382,7 +389,7 @@ class Bench:
             self.lab.run(node, "ip", "link", "set", "benchgrow0", "up")
             pod = self.lab.netns(f"gpod-{mode.name}")
             runtime = Runtime(mode.bin_dirs, os.path.join(mode.workdir, "gcache"), node_netns=node,
-                              on_exec=self._recorder(mode), timeout=60)
+                              on_exec=self._recorder(mode), timeout=60, extra_env=mode.runtime.extra_env)
             grow_modes[mode.name] = {"mode": mode, "runtime": runtime, "pod": pod, "present": 0,
                                      "ipam_dir": os.path.join(mode.workdir, "grow-ipam"), "portmap": have["portmap"]}
             for p in ("host-local", "portmap"):
@@ -463,28 +470,28 @@ class Bench:
 def warm_unavailable() -> str:
     """Why the warm mode cannot run here ("" when it can)."""
     try:
-        from cnichain.cli import agent  # type: ignore[attr-defined]  # noqa: F401
+        from cnichain.cli import agent
     except ImportError:
-        return "the node agent (cnichain.cli.agent) is not available yet"
-    if not hasattr(agent, "bench_agent"):
-        return "cnichain.cli.agent has no bench_agent(node_netns, socket_path) entry point yet"
+        return "the node agent (cnichain.cli.agent) is not available"
+    if not hasattr(agent, "running_agent"):
+        return "cnichain.cli.agent has no running_agent() entry point"
     return ""
 
 
 def start_warm_agent(bench: Bench, mode: Mode) -> None:
-    """Start the agent for ``mode`` inside its node namespace and point the launchers at it.
+    """Start the node agent for ``mode`` inside its node namespace; point that mode's shims at it.
 
-    Contract expected from issue 8: ``cnichain.cli.agent.bench_agent(node_netns, socket_path)``
-    returns a context manager that serves until exit; the launchers forward to the agent when
-    ``CNICHAIN_AGENT_SOCKET`` names a live socket.
+    Uses ``cnichain.cli.agent.running_agent(socket_path, netns=...)`` (issue 8).  The launchers'
+    shim forwards to the socket named by ``CNICHAIN_AGENT_SOCKET``; the cold mode sets it to
+    ``off`` so an agent running on the machine can never leak into the cold numbers.
     """
-    from cnichain.cli import agent  # type: ignore[attr-defined]
+    from cnichain.cli import agent
 
     socket_path = os.path.join(mode.workdir, "agent.sock")
-    ctx = agent.bench_agent(mode.node, socket_path)
+    ctx = agent.running_agent(socket_path, netns=mode.node)
     ctx.__enter__()
-    bench.lab_cleanup = getattr(bench, "lab_cleanup", []) + [ctx]  # type: ignore[attr-defined]
-    mode.runtime.extra_env = {"CNICHAIN_AGENT_SOCKET": socket_path}  # type: ignore[attr-defined]
+    bench.cleanup.append(ctx)
+    mode.runtime.extra_env["CNICHAIN_AGENT_SOCKET"] = socket_path
 
 
 # ---------------------------------------------------------------------------------------------
@@ -577,6 +584,9 @@ def summarize(bench: Bench, elapsed: float) -> dict:
     if ours_mode in totals and "reference" in totals:
         totals["ratio"] = {c: ratio(_median(totals[ours_mode]["like_for_like"][c]), _median(totals["reference"]["all"][c]))
                            for c in ("ADD", "DEL", "ADD+DEL")}
+    if "warm" in totals and "reference" in totals:
+        totals["ratio_warm"] = {c: ratio(_median(totals["warm"]["like_for_like"][c]), _median(totals["reference"]["all"][c]))
+                                for c in ("ADD", "DEL", "ADD+DEL")}
     out["chain_totals"] = totals
     # Parallel batches.
     par: dict[str, dict] = {}
@@ -707,6 +717,8 @@ def render_table(out: dict) -> str:
         for c in ("ADD", "DEL", "ADD+DEL"):
             cells = {m: tot[m]["like_for_like" if m != "reference" else "all"][c] for m in cols if m in tot}
             row(f"{c} (like for like)", cells, tot.get("ratio", {}).get(c))
+            if "ratio_warm" in tot:
+                lines.append(f"  {c + ' warm/ref':<28}{_x(tot['ratio_warm'].get(c)):>12}")
             if ours in tot:
                 lines.append(f"  {c + ' (ours, whole chain)':<28}{_ms(tot[ours]['all'][c].get('median_ms')):>12}"
                              f"{_ms(tot[ours]['all'][c].get('p95_ms')):>12}")
@@ -795,7 +807,7 @@ def run_bench(options: Options) -> tuple[dict, dict[str, str]]:
             bench.loadavg = [load0, os.getloadavg()]  # type: ignore[attr-defined]
             out = summarize(bench, time.time() - started)
         finally:
-            for ctx in getattr(bench, "lab_cleanup", []):
+            for ctx in bench.cleanup:
                 ctx.__exit__(None, None, None)
     os.makedirs(options.output_dir, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -111,8 +111,11 @@ class Runtime:
         node_netns: Optional[str] = None,
         on_exec: Optional[Callable[[ExecRecord], None]] = None,
         timeout: float = 120.0,
+        extra_env: Optional[dict[str, str]] = None,
     ) -> None:
         self.bin_dirs = [d for d in bin_dirs if d]
+        # Added to every plugin's environment (e.g. CNICHAIN_AGENT_SOCKET for the bench's modes).
+        self.extra_env = dict(extra_env or {})
         self.cache_dir = cache_dir
         self.node_netns = node_netns
         self.on_exec = on_exec
@@ -122,6 +125,7 @@ class Runtime:
     def exec_plugin(self, plugin_type: str, command: str, att: Optional[Attachment], conf: dict) -> bytes:
         binary = find_plugin(plugin_type, self.bin_dirs)
         env = {"CNI_COMMAND": command, "CNI_PATH": ":".join(self.bin_dirs), "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+        env.update(self.extra_env)
         if att is not None:
             env.update({"CNI_CONTAINERID": att.container_id, "CNI_NETNS": att.netns, "CNI_IFNAME": att.ifname})
             if att.cni_args:
