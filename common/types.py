@@ -7,11 +7,35 @@ supported version, so a ``prevResult`` written as 0.2.0 or 1.1.0 comes in as the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 from .errors import CniError, Code
 from .version import ALL, parse as parse_version
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs milliseconds on every exec
+    from typing import Any
+
+
+class _Record:
+    """Field-wise ``==`` and ``repr`` for the result classes, as ``@dataclass`` would generate.
+
+    Written out by hand because ``import dataclasses`` (it pulls in ``inspect``) costs ~6 ms, a
+    third of a lean plugin's whole exec.  Like a non-frozen dataclass the records are mutable and
+    unhashable.
+    """
+
+    __slots__ = ()
+    _fields: tuple[str, ...] = ()
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in self._fields)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
+        return f"{type(self).__qualname__}({inner})"
 
 
 def ip_family(address: str) -> int:
@@ -19,14 +43,18 @@ def ip_family(address: str) -> int:
     return 6 if ":" in address else 4
 
 
-@dataclass
-class Interface:
-    name: str
-    mac: str = ""
-    sandbox: str = ""
-    mtu: int | None = None
-    socket_path: str = ""
-    pci_id: str = ""
+class Interface(_Record):
+    _fields = ("name", "mac", "sandbox", "mtu", "socket_path", "pci_id")
+
+    def __init__(
+        self, name: str, mac: str = "", sandbox: str = "", mtu: int | None = None, socket_path: str = "", pci_id: str = ""
+    ) -> None:
+        self.name = name
+        self.mac = mac
+        self.sandbox = sandbox
+        self.mtu = mtu
+        self.socket_path = socket_path
+        self.pci_id = pci_id
 
     @classmethod
     def from_dict(cls, d: dict) -> "Interface":
@@ -58,11 +86,13 @@ class Interface:
         return out
 
 
-@dataclass
-class IPConfig:
-    address: str  # CIDR keeping the host part, e.g. "10.1.0.5/16"
-    gateway: str = ""
-    interface: int | None = None
+class IPConfig(_Record):
+    _fields = ("address", "gateway", "interface")
+
+    def __init__(self, address: str, gateway: str = "", interface: int | None = None) -> None:
+        self.address = address  # CIDR keeping the host part, e.g. "10.1.0.5/16"
+        self.gateway = gateway
+        self.interface = interface
 
     @property
     def family(self) -> int:
@@ -91,15 +121,26 @@ class IPConfig:
         return out
 
 
-@dataclass
-class Route:
-    dst: str
-    gw: str = ""
-    mtu: int | None = None
-    advmss: int | None = None
-    priority: int | None = None
-    table: int | None = None
-    scope: int | None = None
+class Route(_Record):
+    _fields = ("dst", "gw", "mtu", "advmss", "priority", "table", "scope")
+
+    def __init__(
+        self,
+        dst: str,
+        gw: str = "",
+        mtu: int | None = None,
+        advmss: int | None = None,
+        priority: int | None = None,
+        table: int | None = None,
+        scope: int | None = None,
+    ) -> None:
+        self.dst = dst
+        self.gw = gw
+        self.mtu = mtu
+        self.advmss = advmss
+        self.priority = priority
+        self.table = table
+        self.scope = scope
 
     @property
     def family(self) -> int:
@@ -131,12 +172,20 @@ class Route:
         return out
 
 
-@dataclass
-class DNS:
-    nameservers: list[str] = field(default_factory=list)
-    domain: str = ""
-    search: list[str] = field(default_factory=list)
-    options: list[str] = field(default_factory=list)
+class DNS(_Record):
+    _fields = ("nameservers", "domain", "search", "options")
+
+    def __init__(
+        self,
+        nameservers: list[str] | None = None,
+        domain: str = "",
+        search: list[str] | None = None,
+        options: list[str] | None = None,
+    ) -> None:
+        self.nameservers = [] if nameservers is None else nameservers
+        self.domain = domain
+        self.search = [] if search is None else search
+        self.options = [] if options is None else options
 
     @classmethod
     def from_dict(cls, d: Any) -> "DNS":
@@ -167,15 +216,24 @@ class DNS:
         return out
 
 
-@dataclass
-class Result:
+class Result(_Record):
     """A CNI result held in the 1.x shape, whatever version it was read from."""
 
-    cni_version: str = "1.1.0"
-    interfaces: list[Interface] = field(default_factory=list)
-    ips: list[IPConfig] = field(default_factory=list)
-    routes: list[Route] = field(default_factory=list)
-    dns: DNS = field(default_factory=DNS)
+    _fields = ("cni_version", "interfaces", "ips", "routes", "dns")
+
+    def __init__(
+        self,
+        cni_version: str = "1.1.0",
+        interfaces: list[Interface] | None = None,
+        ips: list[IPConfig] | None = None,
+        routes: list[Route] | None = None,
+        dns: DNS | None = None,
+    ) -> None:
+        self.cni_version = cni_version
+        self.interfaces = [] if interfaces is None else interfaces
+        self.ips = [] if ips is None else ips
+        self.routes = [] if routes is None else routes
+        self.dns = DNS() if dns is None else dns
 
     # -- reading ---------------------------------------------------------------------------
     @classmethod
