@@ -298,6 +298,8 @@ def delete_pod_link(netns_path: str, ifname: str) -> bool:
     """Delete the container interface; False when netns or link is already gone."""
     from cnichain.common.netlink import session
 
+    if not os.path.exists(netns_path):
+        return False  # pod namespace already gone: so is its veth (no need to load pyroute2)
     try:
         with session(netns_path) as pod:
             found = pod.link_lookup(ifname=ifname)
