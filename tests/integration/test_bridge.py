@@ -458,3 +458,17 @@ def test_corpus_bridge_entries_work_unchanged(lab, runtime, corpus_file):
     runtime.delete(conf, att)
     runtime.delete(conf, att)
     assert "eth0" not in links(lab, pod)
+
+
+def test_shipped_conflist_works(lab, runtime):
+    from cnichain.cli.lab import isolate_conflist
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "conflists", "bridge-host-local.conflist")
+    with open(path) as fh:
+        conf = ConfList.from_dict(isolate_conflist(json.load(fh), lab.workdir))
+    pod = lab.netns("pod")
+    att = Attachment("shipped1", pod, "eth0")
+    res = runtime.add(conf, att)
+    assert ping(lab, pod, res["ips"][0]["gateway"])
+    runtime.check(conf, att)
+    runtime.delete(conf, att)
