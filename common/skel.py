@@ -12,13 +12,17 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, TextIO
 
 from . import version as versions
 from .errors import CniError, Code
 from .log import log
 from .types import Result
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing and dataclasses cost ~9 ms per exec together
+    from typing import Any, Callable, Mapping, Optional, TextIO
+
+    Handler = Callable[["Request"], Optional[Result]]
 
 COMMANDS = ("ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION")
 _REQUIRED_ENV = {
@@ -32,20 +36,44 @@ _MIN_VERSION = {"CHECK": "0.4.0", "GC": "1.1.0", "STATUS": "1.1.0"}
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
 
 
-@dataclass
 class Request:
     """One parsed plugin invocation: the CNI_* environment plus the decoded network config."""
 
-    command: str
-    container_id: str
-    netns: str
-    ifname: str
-    args: str
-    path: list[str]
-    stdin: bytes
-    conf: dict
-    env: Mapping[str, str] = field(default_factory=dict)
-    _prev: Any = field(default=None, repr=False)
+    _fields = ("command", "container_id", "netns", "ifname", "args", "path", "stdin", "conf", "env")
+
+    def __init__(
+        self,
+        command: str,
+        container_id: str,
+        netns: str,
+        ifname: str,
+        args: str,
+        path: list[str],
+        stdin: bytes,
+        conf: dict,
+        env: Mapping[str, str] | None = None,
+        _prev: Any = None,
+    ) -> None:
+        self.command = command
+        self.container_id = container_id
+        self.netns = netns
+        self.ifname = ifname
+        self.args = args
+        self.path = path
+        self.stdin = stdin
+        self.conf = conf
+        self.env = {} if env is None else env
+        self._prev = _prev
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in self._fields + ("_prev",))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "Request(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields) + ")"
 
     @property
     def cni_version(self) -> str:
@@ -109,21 +137,49 @@ def parse_prev_result(raw: Any, conf_version: str) -> Result:
         raise CniError(exc.code, f"could not parse prevResult: {exc.msg}", exc.details) from None
 
 
-Handler = Callable[[Request], Optional[Result]]
-
-
-@dataclass(frozen=True)
 class Plugin:
-    """A plugin is a name, its supported versions and one plain function per command."""
+    """A plugin is a name, its supported versions and one plain function per command.
 
-    name: str
-    add: Handler
-    delete: Handler
-    check: Optional[Handler] = None
-    gc: Optional[Handler] = None
-    status: Optional[Handler] = None
-    versions: tuple[str, ...] = versions.ALL
-    about: str = ""
+    Immutable and hashable, as the frozen dataclass it replaces (see :mod:`.types` for why not
+    ``dataclasses``).
+    """
+
+    __slots__ = ("name", "add", "delete", "check", "gc", "status", "versions", "about")
+
+    def __init__(
+        self,
+        name: str,
+        add: Handler,
+        delete: Handler,
+        check: Optional[Handler] = None,
+        gc: Optional[Handler] = None,
+        status: Optional[Handler] = None,
+        versions: tuple[str, ...] = versions.ALL,
+        about: str = "",
+    ) -> None:
+        for key, value in (("name", name), ("add", add), ("delete", delete), ("check", check), ("gc", gc),
+                           ("status", status), ("versions", versions), ("about", about)):
+            object.__setattr__(self, key, value)
+
+    def __setattr__(self, key: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {key!r}: Plugin is immutable")
+
+    def __delattr__(self, key: str) -> None:
+        raise AttributeError(f"cannot delete field {key!r}: Plugin is immutable")
+
+    def _key(self) -> tuple:
+        return tuple(getattr(self, f) for f in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return "Plugin(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in self.__slots__) + ")"
 
     def handler(self, command: str) -> Optional[Handler]:
         return {
