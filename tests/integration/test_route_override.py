@@ -222,3 +222,33 @@ def test_missing_prev_result_through_runtime(lab, make_runtime, plugin_dir):
     conf = ConfList.from_dict({"cniVersion": "1.0.0", "name": "solo", "plugins": [{"type": "route-override", "flushroutes": True}]})
     with pytest.raises(PluginFailed, match="Required prevResult missing"):
         runtime.add(conf, Attachment("c1", lab.netns("pod"), "eth0"))
+
+
+def test_shipped_example_conflist(lab, make_runtime, plugin_dir, reference_dir, cni_version):
+    """conflists/bridge-tuning-route-override.conflist, run at every version."""
+    from cnichain.cli.install import conflists_dir
+    from cnichain.cli.lab import isolate_conflist
+
+    with open(os.path.join(conflists_dir(), "bridge-tuning-route-override.conflist")) as fh:
+        data = isolate_conflist(json.load(fh), lab.workdir)
+    data["cniVersion"] = cni_version
+    conf = ConfList.from_dict(data)
+    runtime = make_runtime([plugin_dir, reference_dir])
+    pod = lab.netns("pod")
+    att = Attachment("example1", pod, "eth0", capability_args={"mac": "02:00:00:00:23:01"})
+    res = runtime.add(conf, att)
+    if cni_version >= "0.3.0":
+        assert next(i for i in res["interfaces"] if i["name"] == "eth0")["mac"] == "02:00:00:00:23:01"
+        assert {"dst": "192.0.2.0/24", "gw": "10.23.0.1"} in res["routes"]
+    else:
+        assert {"dst": "192.0.2.0/24", "gw": "10.23.0.1"} in res["ip4"]["routes"]
+    link = json.loads(lab.run(pod, "ip", "-j", "link", "show", "eth0").stdout)[0]
+    assert (link["address"], link["mtu"]) == ("02:00:00:00:23:01", 1450)
+    assert lab.run(pod, "cat", "/proc/sys/net/ipv4/conf/eth0/arp_filter").stdout.strip() == "1"
+    assert ("192.0.2.0/24", "10.23.0.1") in routes(lab, pod)
+    assert lab.run(pod, "ping", "-c1", "-W2", "10.23.0.1", check=False).returncode == 0
+    if cni_version >= "0.4.0":
+        runtime.check(conf, att)
+    runtime.delete(conf, att)
+    runtime.delete(conf, att)
+    assert "eth0" not in lab.run(pod, "ip", "-o", "link").stdout

@@ -295,3 +295,26 @@ def test_corpus_podman_bare_tuning(lab, make_runtime, plugin_dir, reference_dir)
     runtime.exec_plugin("tuning", "CHECK", att, runtime.plugin_config(conf, conf.plugins[-1], att, res))
     runtime.delete(conf, att)
     runtime.delete(conf, att)
+
+
+def test_host_device_gets_its_attributes_back(lab, make_runtime, plugin_dir, reference_dir):
+    """The case the backup exists for (upstream #493): a device that outlives the pod."""
+    # no dummy module on every kernel: one end of a veth pair plays the physical device
+    lab.run(lab.node, "ip", "link", "add", "hd0", "address", "02:00:00:00:0d:01", "type", "veth", "peer", "name", "hd0p")
+    original = link_state(lab, lab.node, "hd0")
+    tuning = {"type": "tuning", "mac": "02:00:00:00:0d:99", "mtu": 1400, "promisc": True, "allmulti": True,
+              "txQLen": 77, "sysctl": {"net.ipv4.conf.IFNAME.arp_filter": "1"}, "dataDir": lab.path("tuning")}
+    conf = ConfList.from_dict({"cniVersion": "1.0.0", "name": "hdnet",
+                               "plugins": [{"type": "host-device", "device": "hd0"}, tuning]})
+    runtime = make_runtime([plugin_dir, reference_dir])
+    pod = lab.netns("pod")
+    att = Attachment("hd-ctr", pod, "eth0")
+    res = runtime.add(conf, att)
+    assert res["interfaces"][0]["mac"] == "02:00:00:00:0d:99"
+    assert link_state(lab, pod) == {"mac": "02:00:00:00:0d:99", "mtu": 1400, "promisc": True, "allmulti": True, "txQLen": 77}
+    runtime.check(conf, att)
+    runtime.delete(conf, att)
+    assert link_state(lab, lab.node, "hd0") == original
+    assert backups(lab) == []
+    # a second DEL of tuning alone (the reference host-device 1.1.1 fails a repeated DEL itself)
+    runtime.exec_plugin("tuning", "DEL", att, runtime.plugin_config(conf, conf.plugins[1], att, res))

@@ -237,3 +237,8 @@ def test_del_never_imports_pyroute2(command):
     proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(conf).encode(), env=env,
                           capture_output=True, timeout=60)
     assert b"RC=0 LOADED=[]" in proc.stderr, proc.stderr
+
+
+def test_check_with_nothing_overridden_needs_no_namespace():
+    conf = conf_for("1.0.0", prevResult=prev_for("1.0.0"))
+    assert dispatch(PLUGIN, "CHECK", conf, CNI_NETNS="/nonexistent") == (0, None)
