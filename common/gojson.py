@@ -9,7 +9,9 @@ callers prefix with their own context (``failed to load netconf: ...``).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only (typing costs milliseconds per exec)
+    from typing import Any, Optional
 
 from .errors import CniError, plugin_error
 

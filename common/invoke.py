@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Mapping, Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only (typing costs milliseconds per exec)
+    from typing import Mapping, Optional
 
 from .errors import CniError, Code, plugin_error
 from .types import Result

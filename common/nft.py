@@ -8,7 +8,9 @@ transaction: either all of it lands or none of it does.
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only (typing costs milliseconds per exec)
+    from typing import Any, Optional
 
 from .errors import CniError, Code
 
