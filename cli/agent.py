@@ -765,12 +765,13 @@ class Agent:
                 outcome = "crashed"
                 how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"status {os.WEXITSTATUS(status)}")
                 msg = f"cnichain agent: {req.plugin_type} {req.command} worker failed ({how})"
+        self.metrics.done(req.plugin_type, req.command, outcome, elapsed)
+        if outcome in ("timeout", "crashed"):
             try:
                 conn.sock.settimeout(1.0)
                 conn.sock.sendall(error_result(msg))
             except OSError:
                 pass
-        self.metrics.done(req.plugin_type, req.command, outcome, elapsed)
         self.log(
             f"request plugin={req.plugin_type} command={req.command or '-'} container={req.container_id} "
             f"exit={code} outcome={outcome} ms={elapsed * 1000:.1f} worker={conn.child}"
@@ -938,6 +939,7 @@ def running_agent(
     from cnichain.common import netns as netns_mod
 
     log_path = socket_path + ".log"
+    before = _inode(socket_path)  # ready means: a new socket (ours) at the path, answering
     child_env = dict(os.environ)
     child_env.update(env or {})
     os.makedirs(os.path.dirname(os.path.abspath(socket_path)), mode=0o700, exist_ok=True)
@@ -958,7 +960,7 @@ def running_agent(
     agent = RunningAgent(proc, socket_path, metrics_socket, log_path)
     try:
         deadline = time.monotonic() + start_timeout
-        while not _answers(socket_path):
+        while not (_inode(socket_path) not in (0, before) and _answers(socket_path)):
             if proc.poll() is not None:
                 with open(log_path, errors="replace") as fh:
                     raise RuntimeError(f"agent exited with {proc.returncode}: {fh.read()[-2000:]}")
@@ -968,6 +970,13 @@ def running_agent(
         yield agent
     finally:
         agent.stop()
+
+
+def _inode(path: str) -> int:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return 0
 
 
 def _answers(path: str) -> bool:

@@ -29,8 +29,6 @@ it is what a runtime's retry of a failed ADD does: the plugin may find its own h
 fail with its usual error, after which the runtime cleans up with DEL.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 
