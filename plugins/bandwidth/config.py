@@ -13,11 +13,13 @@ Pure: no kernel access, nothing imported beyond the standard library and common.
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
-from typing import Any, Optional
+from collections import namedtuple
 
 from cnichain.common.errors import CniError, plugin_error
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing/dataclasses cost milliseconds on every exec
+    from typing import Any
 
 KEYS = ("ingressRate", "ingressBurst", "egressRate", "egressBurst")
 _FOLDED = {k.lower(): k for k in KEYS}
@@ -28,21 +30,23 @@ IFB_PREFIX = "bwp"
 IFB_NAME_LEN = 15
 
 
-@dataclass(frozen=True)
-class Shape:
-    """One direction's token bucket: rate in bits/s, burst in bits (both > 0)."""
+class Shape(namedtuple("Shape", "rate burst")):
+    """One direction's token bucket: rate in bits/s, burst in bits (both > 0).
 
-    rate: int
-    burst: int
+    Records here are namedtuples (immutable, ``==``, ``repr``) rather than frozen dataclasses:
+    ``import dataclasses`` alone costs ~5 ms per plugin exec.
+    """
+
+    __slots__ = ()
 
 
-@dataclass(frozen=True)
-class BandwidthConfig:
-    """The effective limits; a direction is None when it is not shaped."""
+class BandwidthConfig(namedtuple("BandwidthConfig", "ingress egress source", defaults=(None, None, ""))):
+    """The effective limits; a direction is None when it is not shaped.
 
-    ingress: Optional[Shape] = None
-    egress: Optional[Shape] = None
-    source: str = ""  # "config", "runtimeConfig" or "" when nothing is configured
+    ``source`` is "config", "runtimeConfig", or "" when nothing is configured.
+    """
+
+    __slots__ = ()
 
     @property
     def shaped(self) -> bool:
@@ -127,5 +131,7 @@ def ifb_name(network: str, container_id: str) -> str:
     Keeping the name identical is what lets a node that switched from the reference plugin still
     tear down IFBs of pods the reference set up.
     """
+    import hashlib  # not at module level: only ADD/DEL/CHECK with a kernel to touch need it
+
     digest = hashlib.sha512((network + container_id).encode()).hexdigest()
     return (IFB_PREFIX + digest)[:IFB_NAME_LEN]

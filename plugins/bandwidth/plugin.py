@@ -14,8 +14,6 @@ layout and IFB names).  Differences, all on purpose:
 
 from __future__ import annotations
 
-from typing import Any, Optional
-
 from cnichain.common import version as versions
 from cnichain.common.errors import CniError, plugin_error
 from cnichain.common.log import log
@@ -25,6 +23,10 @@ from cnichain.common.types import Interface, Result
 
 from . import tbf
 from .config import BandwidthConfig, ifb_name, parse_config
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from typing import Any, Optional
 
 PSCHED = "/proc/net/psched"
 

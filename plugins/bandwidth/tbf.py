@@ -17,7 +17,7 @@ Pure: no kernel access.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import namedtuple
 
 from cnichain.common.errors import plugin_error
 
@@ -28,13 +28,10 @@ TIME_UNITS_PER_SEC = 1_000_000
 LATENCY_MS = 25.0
 
 
-@dataclass(frozen=True)
-class TbfParams:
+class TbfParams(namedtuple("TbfParams", "rate buffer limit")):
     """What goes into TCA_TBF_PARMS (+ TCA_TBF_RATE64): bytes/s, psched ticks, bytes."""
 
-    rate: int
-    buffer: int
-    limit: int
+    __slots__ = ()
 
 
 def tick_in_usec(psched: str) -> float:

@@ -16,13 +16,16 @@ TBF messages are built here rather than through ``IPRoute.tc`` because pyroute2'
 from __future__ import annotations
 
 import errno
-from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from collections import namedtuple
 
 from cnichain.common import netlink
 from cnichain.common.errors import CniError, plugin_error
 
 from .tbf import UINT32_MAX, TbfParams
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable, Optional
 
 TC_H_ROOT = 0xFFFFFFFF
 TC_H_INGRESS = 0xFFFFFFF1
@@ -35,14 +38,7 @@ MIRRED_EGRESS_REDIRECT = 1
 IFB_ALIAS_PREFIX = "cnichain-bandwidth"
 
 
-@dataclass(frozen=True)
-class Link:
-    index: int
-    name: str
-    mtu: int = 0
-    mac: str = ""
-    kind: str = ""
-    alias: str = ""
+Link = namedtuple("Link", "index name mtu mac kind alias", defaults=(0, "", "", ""))
 
 
 def reason(exc: BaseException) -> str:
@@ -247,12 +243,7 @@ def delete_qdisc(host: Any, index: int, handle: int, parent: int) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class Qdisc:
-    kind: str
-    handle: int
-    parent: int
-    tbf: Optional[TbfParams] = None
+Qdisc = namedtuple("Qdisc", "kind handle parent tbf", defaults=(None,))
 
 
 def qdiscs(host: Any, index: int) -> list[Qdisc]:

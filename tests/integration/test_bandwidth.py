@@ -1,0 +1,422 @@
+"""bandwidth against a real kernel, in throwaway namespaces, read back with iproute2's ``tc -j``.
+
+The pod is attached by bridge + host-local (ours first on the path, the reference as fallback);
+the bandwidth plugin runs as a process inside the lab's node namespace, either through the
+runtime (whole chain) or directly (one command, to control CNI_NETNS and prevResult).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from cnichain.cli.lab import isolate_conflist
+from cnichain.cli.runtime import Attachment, ConfList, PluginFailed, Runtime
+from cnichain.common.version import at_least
+from cnichain.plugins.bandwidth.config import ifb_name
+
+pytestmark = pytest.mark.integration
+
+CORPUS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "corpus")
+SUBNET = "10.77.0.0/24"
+BRIDGE = {"type": "bridge", "bridge": "cni0", "isGateway": True, "isDefaultGateway": True,
+          "ipam": {"type": "host-local", "subnet": SUBNET}}
+BW_CAP = {"type": "bandwidth", "capabilities": {"bandwidth": True}}
+LIMITS = {"ingressRate": 8_000_000, "ingressBurst": 80_000, "egressRate": 16_000_000, "egressBurst": 160_000}
+CONTAINERD_BURST = 2**32 - 1
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+def chain(lab, version="1.0.0", bw=None, name="bwtest") -> ConfList:
+    data = {"cniVersion": version, "name": name, "plugins": [copy.deepcopy(BRIDGE), bw or dict(BW_CAP)]}
+    return ConfList.from_dict(isolate_conflist(data, lab.workdir))
+
+
+def bridge_only(lab, version="1.0.0", name="bwtest") -> ConfList:
+    data = {"cniVersion": version, "name": name, "plugins": [copy.deepcopy(BRIDGE)]}
+    return ConfList.from_dict(isolate_conflist(data, lab.workdir))
+
+
+def runtime(make_runtime, plugin_dir, reference_dir) -> Runtime:
+    return make_runtime([plugin_dir, reference_dir])
+
+
+def exec_bw(lab, bin_dir, command, conf, cid="ctr1", netns="", ifname="eth0"):
+    """Run one bandwidth command as a process in the node namespace; (exit code, JSON or None)."""
+    env = {"CNI_COMMAND": command, "CNI_CONTAINERID": cid, "CNI_NETNS": netns, "CNI_IFNAME": ifname,
+           "CNI_PATH": bin_dir, "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+    proc = lab.run(lab.node, os.path.join(bin_dir, "bandwidth"), input=json.dumps(conf), env=env,
+                   check=False, timeout=60)
+    out = proc.stdout.strip()
+    return proc.returncode, (json.loads(out) if out else None)
+
+
+def bw_conf(version="1.0.0", name="bwtest", prev=None, **keys) -> dict:
+    conf = {"cniVersion": version, "name": name, "type": "bandwidth"}
+    conf.update(keys)
+    if prev is not None:
+        conf["prevResult"] = prev
+    return conf
+
+
+def tc(lab, *args) -> list:
+    out = lab.run(lab.node, "tc", "-j", *args).stdout.strip()
+    return json.loads(out) if out else []
+
+
+def qdiscs(lab, dev) -> list:
+    return tc(lab, "qdisc", "show", "dev", dev)
+
+
+def root_tbf(lab, dev):
+    return next((q for q in qdiscs(lab, dev) if q["kind"] == "tbf" and q.get("root")), None)
+
+
+def has_ingress(lab, dev) -> bool:
+    return any(q["kind"] == "ingress" for q in qdiscs(lab, dev))
+
+
+def redirects(lab, dev) -> list[str]:
+    out = []
+    for f in tc(lab, "filter", "show", "dev", dev, "parent", "ffff:"):
+        for act in f.get("options", {}).get("actions", []):
+            if act.get("kind") == "mirred" and act.get("mirred_action") == "redirect":
+                out.append(act["to_dev"])
+    return out
+
+
+def link(lab, name):
+    proc = lab.run(lab.node, "ip", "-j", "-d", "link", "show", name, check=False)
+    return json.loads(proc.stdout)[0] if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def host_veth(result: dict) -> str:
+    names = [i["name"] for i in result["interfaces"] if not i.get("sandbox") and i["name"].startswith("veth")]
+    assert len(names) == 1, result
+    return names[0]
+
+
+def add_pod(lab, rt, conf, cid="ctr1", role="pod", limits=LIMITS):
+    pod = lab.netns(role)
+    att = Attachment(cid, pod, "eth0", capability_args={"bandwidth": dict(limits)} if limits else {})
+    return pod, att, rt.add(conf, att)
+
+
+def assert_unshaped(lab, veth):
+    assert root_tbf(lab, veth) is None
+    assert not has_ingress(lab, veth)
+
+
+# -- ADD / CHECK / DEL ---------------------------------------------------------------------------
+
+def test_add_builds_reference_layout_and_del_removes_it(lab, make_runtime, plugin_dir, reference_dir):
+    rt = runtime(make_runtime, plugin_dir, reference_dir)
+    conf = chain(lab)
+    pod, att, result = add_pod(lab, rt, conf)
+    veth, ifb = host_veth(result), ifb_name("bwtest", "ctr1")
+
+    # Ingress: TBF on the host veth, in bytes; egress: redirect to the IFB and TBF there.
+    tbf = root_tbf(lab, veth)
+    assert tbf["handle"] == "1:" and tbf["options"]["rate"] == 1_000_000 and tbf["options"]["burst"] == 10_000
+    assert has_ingress(lab, veth) and redirects(lab, veth) == [ifb]
+    ifb_tbf = root_tbf(lab, ifb)
+    assert ifb_tbf["options"]["rate"] == 2_000_000 and ifb_tbf["options"]["burst"] == 20_000
+    ifb_link, veth_link = link(lab, ifb), link(lab, veth)
+    assert ifb_link["mtu"] == veth_link["mtu"] and "UP" in ifb_link["flags"]
+    assert ifb_link["linkinfo"]["info_kind"] == "ifb"
+    # The IFB is appended to the result, with its MAC and no sandbox.
+    assert result["interfaces"][-1] == {"name": ifb, "mac": ifb_link["address"]}
+
+    rt.check(conf, att)
+
+    # Our DEL alone, pod still alive: IFB gone, veth unshaped, veth itself untouched.
+    cached = rt.cached("bwtest", att)["result"]
+    conf_del = bw_conf(prev=cached, runtimeConfig={"bandwidth": LIMITS})
+    assert exec_bw(lab, plugin_dir, "DEL", conf_del, netns=pod) == (0, None)
+    assert link(lab, ifb) is None and link(lab, veth) is not None
+    assert_unshaped(lab, veth)
+    assert exec_bw(lab, plugin_dir, "DEL", conf_del, netns=pod) == (0, None)
+    rt.delete(conf, att)
+    rt.delete(conf, att)
+
+
+def test_ingress_only_creates_no_ifb(lab, make_runtime, plugin_dir, reference_dir):
+    rt = runtime(make_runtime, plugin_dir, reference_dir)
+    conf = chain(lab, bw={"type": "bandwidth", "ingressRate": 1_000_000, "ingressBurst": 100_000})
+    pod, att, result = add_pod(lab, rt, conf, limits=None)
+    veth = host_veth(result)
+    assert root_tbf(lab, veth)["options"]["rate"] == 125_000
+    assert not has_ingress(lab, veth)
+    assert link(lab, ifb_name("bwtest", "ctr1")) is None
+    assert all(not i["name"].startswith("bwp") for i in result["interfaces"])
+    rt.check(conf, att)
+    rt.delete(conf, att)
+
+
+@pytest.mark.parametrize("shaped", [False, True], ids=["unshaped", "shaped"])
+def test_prev_result_passes_through(lab, make_runtime, plugin_dir, reference_dir, cni_version, shaped):
+    if not at_least(cni_version, "0.3.0"):
+        pytest.skip("bandwidth supports 0.3.0 and later")
+    rt = runtime(make_runtime, plugin_dir, reference_dir)
+    pod, att, prev = add_pod(lab, rt, bridge_only(lab, cni_version), limits=None)
+    conf = bw_conf(cni_version, prev=prev, **(LIMITS if shaped else {}))
+    code, out = exec_bw(lab, plugin_dir, "ADD", conf, netns=pod)
+    assert code == 0, out
+    expected = copy.deepcopy(prev)
+    if shaped:
+        ifb = ifb_name("bwtest", "ctr1")
+        expected["interfaces"].append({"name": ifb, "mac": link(lab, ifb)["address"]})
+    else:
+        assert_unshaped(lab, host_veth(prev))
+    assert out == expected
+    if at_least(cni_version, "0.4.0"):
+        assert exec_bw(lab, plugin_dir, "CHECK", bw_conf(cni_version, prev=out, **(LIMITS if shaped else {})),
+                       netns=pod) == (0, None)
+    assert exec_bw(lab, plugin_dir, "DEL", bw_conf(cni_version, prev=out), netns=pod) == (0, None)
+    assert link(lab, ifb_name("bwtest", "ctr1")) is None
+
+
+def test_runtime_config_ignored_when_config_has_keys(lab, make_runtime, plugin_dir, reference_dir):
+    rt = runtime(make_runtime, plugin_dir, reference_dir)
+    entry = {"type": "bandwidth", "capabilities": {"bandwidth": True}, "ingressRate": 2_000_000, "ingressBurst": 200_000}
+    conf = chain(lab, bw=entry)
+    pod, att, result = add_pod(lab, rt, conf)  # runtime also sends LIMITS: must be ignored
+    veth = host_veth(result)
+    assert root_tbf(lab, veth)["options"]["rate"] == 250_000
+    assert link(lab, ifb_name("bwtest", "ctr1")) is None
+    rt.delete(conf, att)
+
+
+# -- DEL when things are already gone ------------------------------------------------------------
+
+def test_del_after_netns_deleted(lab, make_runtime, plugin_dir, reference_dir):
+    rt = runtime(make_runtime, plugin_dir, reference_dir)
+    conf = chain(lab)
+    pod, att, result = add_pod(lab, rt, conf)
+    ifb = ifb_name("bwtest", "ctr1")
+    lab.delete_netns(pod)  # takes the veth pair with it
+    assert exec_bw(lab, plugin_dir, "DEL", bw_conf(prev=result), netns=pod) == (0, None)
+    assert link(lab, ifb) is None
+    # Neither netns nor prevResult: still fine, repeatedly.
+    assert exec_bw(lab, plugin_dir, "DEL", bw_conf(), netns="") == (0, None)
+    assert exec_bw(lab, plugin_dir, "DEL", bw_conf(), netns="") == (0, None)
+    rt.delete(conf, att)
+
+
+def test_del_after_veth_removed(lab, make_runtime, plugin_dir, reference_dir):
+    rt = runtime(make_runtime, plugin_dir, reference_dir)
+    conf = chain(lab)
+    pod, att, result = add_pod(lab, rt, conf)
+    lab.run(lab.node, "ip", "link", "del", host_veth(result))
+    assert exec_bw(lab, plugin_dir, "DEL", bw_conf(prev=result), netns=pod) == (0, None)
+    assert link(lab, ifb_name("bwtest", "ctr1")) is None
+    rt.delete(conf, att)
+
+
+def test_del_without_netns_or_prev_result_unshapes_live_veth(lab, make_runtime, plugin_dir, reference_dir):
+    rt = runtime(make_runtime, plugin_dir, reference_dir)
+    conf = chain(lab)
+    pod, att, result = add_pod(lab, rt, conf)
+    veth = host_veth(result)
+    # The veth is found through the IFB redirect, without CNI_NETNS or prevResult.
+    assert exec_bw(lab, plugin_dir, "DEL", bw_conf(), netns="") == (0, None)
+    assert link(lab, ifb_name("bwtest", "ctr1")) is None
+    assert_unshaped(lab, veth)
+    rt.delete(conf, att)
+
+
+# -- CHECK ---------------------------------------------------------------------------------------
+
+def test_check_detects_drift(lab, make_runtime, plugin_dir, reference_dir):
+    rt = runtime(make_runtime, plugin_dir, reference_dir)
+    conf = chain(lab)
+    pod, att, result = add_pod(lab, rt, conf)
+    veth, ifb = host_veth(result), ifb_name("bwtest", "ctr1")
+    check = bw_conf(prev=result, **LIMITS)
+    assert exec_bw(lab, plugin_dir, "CHECK", check, netns=pod) == (0, None)
+
+    other = bw_conf(prev=result, **dict(LIMITS, ingressRate=9_000_000))
+    code, out = exec_bw(lab, plugin_dir, "CHECK", other, netns=pod)
+    assert code == 1 and out["msg"] == "Rate doesn't match"
+
+    lab.run(lab.node, "tc", "filter", "del", "dev", veth, "parent", "ffff:")
+    code, out = exec_bw(lab, plugin_dir, "CHECK", check, netns=pod)
+    assert code == 1 and out["msg"].startswith("Failed to find filter redirecting")
+
+    lab.run(lab.node, "tc", "qdisc", "del", "dev", ifb, "root")
+    code, out = exec_bw(lab, plugin_dir, "CHECK", check, netns=pod)
+    assert code == 1 and out["msg"] == "Failed to find qdisc"
+
+    lab.run(lab.node, "ip", "link", "del", ifb)
+    code, out = exec_bw(lab, plugin_dir, "CHECK", check, netns=pod)
+    assert code == 1 and out["msg"].startswith("get ifb device")
+
+    # Nothing configured: CHECK succeeds without looking (the reference panics, upstream #1221).
+    assert exec_bw(lab, plugin_dir, "CHECK", bw_conf(prev=result), netns=pod) == (0, None)
+    rt.delete(conf, att)
+
+
+# -- failures leave nothing behind ----------------------------------------------------------------
+
+def test_failed_add_rolls_back(lab, make_runtime, plugin_dir, reference_dir):
+    rt = runtime(make_runtime, plugin_dir, reference_dir)
+    pod, att, prev = add_pod(lab, rt, bridge_only(lab), limits=None)
+    veth = host_veth(prev)
+    lab.run(lab.node, "tc", "qdisc", "add", "dev", veth, "handle", "ffff:", "ingress")  # someone else's
+    code, out = exec_bw(lab, plugin_dir, "ADD", bw_conf(prev=prev, **LIMITS), netns=pod)
+    assert code == 1 and out["msg"] == "create ingress qdisc: file exists"
+    assert root_tbf(lab, veth) is None
+    assert link(lab, ifb_name("bwtest", "ctr1")) is None
+    assert has_ingress(lab, veth)  # the foreign qdisc is left alone
+
+
+def test_add_on_non_veth_interface_fails(lab, make_runtime, plugin_dir, reference_dir):
+    pod = lab.netns("pod")
+    lab.run(pod, "ip", "link", "add", "eth0", "type", "bridge")
+    prev = {"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": pod}]}
+    code, out = exec_bw(lab, plugin_dir, "ADD", bw_conf(prev=prev, **LIMITS), netns=pod)
+    assert code == 1 and out["msg"].startswith("container interface eth0 has no veth peer")
+
+
+# -- interop with the reference plugin ------------------------------------------------------------
+
+@pytest.mark.parametrize("burst", [160_000, CONTAINERD_BURST], ids=["explicit", "containerd"])
+def test_reference_added_pod_checks_and_deletes_with_ours(lab, make_runtime, plugin_dir, reference_dir, burst):
+    ref = make_runtime([reference_dir])
+    conf = chain(lab)
+    limits = {"ingressRate": 1_000_000, "ingressBurst": burst, "egressRate": 1_000_000, "egressBurst": burst}
+    pod, att, result = add_pod(lab, ref, conf, limits=limits)
+    veth, ifb = host_veth(result), ifb_name("bwtest", "ctr1")
+    assert link(lab, ifb) is not None
+    # Ours accepts the reference's numbers, including its wrapped 32-bit buffer for huge bursts.
+    assert exec_bw(lab, plugin_dir, "CHECK", bw_conf(prev=result, runtimeConfig={"bandwidth": limits}),
+                   netns=pod) == (0, None)
+    # A node switched to ours tears down what the reference set up.
+    assert exec_bw(lab, plugin_dir, "DEL", bw_conf(prev=result), netns=pod) == (0, None)
+    assert link(lab, ifb) is None
+    assert_unshaped(lab, veth)
+    ref.delete(conf, att)
+
+
+def test_our_pod_passes_reference_check(lab, make_runtime, plugin_dir, reference_dir):
+    rt = runtime(make_runtime, plugin_dir, reference_dir)
+    conf = chain(lab)
+    pod, att, result = add_pod(lab, rt, conf)
+    env = {"CNI_COMMAND": "CHECK", "CNI_CONTAINERID": "ctr1", "CNI_NETNS": pod, "CNI_IFNAME": "eth0",
+           "CNI_PATH": reference_dir, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    proc = lab.run(lab.node, os.path.join(reference_dir, "bandwidth"),
+                   input=json.dumps(bw_conf(prev=result, **LIMITS)), env=env, check=False)
+    assert proc.returncode == 0, proc.stdout
+    rt.delete(conf, att)
+
+
+# -- GC (CNI 1.1) --------------------------------------------------------------------------------
+
+def test_gc_removes_ifbs_of_vanished_attachments(lab, make_runtime, plugin_dir, reference_dir):
+    rt = runtime(make_runtime, plugin_dir, reference_dir)
+    conf = chain(lab, "1.1.0")
+    pod1, att1, res1 = add_pod(lab, rt, conf, cid="keep", role="pod1")
+    pod2, att2, res2 = add_pod(lab, rt, conf, cid="lost", role="pod2")
+    # An IFB of another network that happens to exist must survive.
+    other = chain(lab, "1.1.0", name="othernet")
+    pod3, att3, res3 = add_pod(lab, rt, other, cid="lost", role="pod3")
+    rt.gc(conf, [("keep", "eth0")])
+    assert link(lab, ifb_name("bwtest", "keep")) is not None
+    assert link(lab, ifb_name("bwtest", "lost")) is None
+    assert link(lab, ifb_name("othernet", "lost")) is not None
+    assert_unshaped(lab, host_veth(res2))  # no redirect left pointing at a deleted IFB
+    assert redirects(lab, host_veth(res1)) == [ifb_name("bwtest", "keep")]
+    for c, a in ((conf, att1), (conf, att2), (other, att3)):
+        rt.delete(c, a)
+
+
+# -- real traffic --------------------------------------------------------------------------------
+
+def _iperf(lab, server_ns, client_ns, server_ip, reverse) -> float:
+    server = lab.popen(server_ns, "iperf3", "-s", "-1", "-B", server_ip, "-p", "5201",
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if lab.run(server_ns, "ss", "-Hltn", "sport = :5201", check=False).stdout.strip():
+                break
+            time.sleep(0.05)
+        argv = ["iperf3", "-c", server_ip, "-p", "5201", "-t", "3", "-O", "1", "-J", "--connect-timeout", "3000"]
+        proc = lab.run(client_ns, *argv, *(["-R"] if reverse else []), check=False, timeout=40)
+        return float(json.loads(proc.stdout)["end"]["sum_received"]["bits_per_second"])
+    finally:
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def test_traffic_is_shaped_at_10_mbit(lab, make_runtime, plugin_dir, reference_dir):
+    """A tolerant rate check (the accuracy table lives in benchmarks/bandwidth_accuracy.py)."""
+    rt = runtime(make_runtime, plugin_dir, reference_dir)
+    conf = chain(lab)
+    client = lab.netns("client")
+    lab.wire(client, ["10.78.0.2/24"], ["10.78.0.1/24"], "cli")
+    lab.run(client, "ip", "route", "add", SUBNET, "via", "10.78.0.1")
+    limits = {"ingressRate": 10_000_000, "ingressBurst": 1_000_000, "egressRate": 10_000_000, "egressBurst": 1_000_000}
+    pod, att, result = add_pod(lab, rt, conf, limits=limits)
+    pod_ip = result["ips"][0]["address"].split("/")[0]
+    into_pod = _iperf(lab, pod, client, pod_ip, reverse=False)
+    out_of_pod = _iperf(lab, pod, client, pod_ip, reverse=True)
+    for measured in (into_pod, out_of_pod):
+        assert 7_500_000 <= measured <= 12_500_000, (into_pod, out_of_pod)
+    rt.delete(conf, att)
+
+
+# -- real conflists ------------------------------------------------------------------------------
+
+def _corpus_chain(lab, filename):
+    with open(os.path.join(CORPUS, filename)) as fh:
+        data = json.load(fh)
+    entries = [p for p in data["plugins"] if p["type"] == "bandwidth"]
+    assert len(entries) == 1
+    built = {"cniVersion": data["cniVersion"], "name": data["name"], "plugins": [copy.deepcopy(BRIDGE), entries[0]]}
+    return ConfList.from_dict(isolate_conflist(built, lab.workdir)), entries[0]
+
+
+@pytest.mark.parametrize("filename", ["k3s-flannel.conflist", "antrea-cni.conflist", "cniplugins-bandwidth-readme.conflist"])
+def test_corpus_entries(lab, make_runtime, plugin_dir, reference_dir, filename):
+    rt = runtime(make_runtime, plugin_dir, reference_dir)
+    conf, entry = _corpus_chain(lab, filename)
+    pod = lab.netns("pod")
+    # Kubernetes runtimes send the annotation's rate with containerd's burst.
+    caps = {"bandwidth": {"ingressRate": 5_000_000, "ingressBurst": CONTAINERD_BURST,
+                          "egressRate": 5_000_000, "egressBurst": CONTAINERD_BURST}}
+    att = Attachment("corpus1", pod, "eth0", capability_args=caps)
+    result = rt.add(conf, att)
+    veth, ifb = host_veth(result), ifb_name(conf.name, "corpus1")
+    want = entry.get("ingressRate", 5_000_000) // 8
+    assert root_tbf(lab, veth)["options"]["rate"] == want
+    assert root_tbf(lab, ifb)["options"]["rate"] == entry.get("egressRate", 5_000_000) // 8
+    assert result["interfaces"][-1]["name"] == ifb
+    if at_least(conf.cni_version, "0.4.0"):
+        rt.check(conf, att)
+    rt.delete(conf, att)
+    assert link(lab, ifb) is None
+    rt.delete(conf, att)
+
+
+def test_shipped_example_conflist(lab, make_runtime, plugin_dir, reference_dir):
+    """conflists/bridge-bandwidth.conflist as shipped, with the limits a kubelet would pass."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "conflists", "bridge-bandwidth.conflist")) as fh:
+        conf = ConfList.from_dict(isolate_conflist(json.load(fh), lab.workdir))
+    rt = runtime(make_runtime, plugin_dir, reference_dir)
+    pod, att, result = add_pod(lab, rt, conf, cid="example")
+    assert root_tbf(lab, host_veth(result))["options"]["rate"] == LIMITS["ingressRate"] // 8
+    assert root_tbf(lab, ifb_name(conf.name, "example"))["options"]["rate"] == LIMITS["egressRate"] // 8
+    rt.check(conf, att)
+    rt.delete(conf, att)
+    assert link(lab, ifb_name(conf.name, "example")) is None

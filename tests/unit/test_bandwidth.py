@@ -1,0 +1,265 @@
+"""bandwidth without a kernel: config precedence and validation, TBF arithmetic, no-op paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cnichain.common.version import ALL
+from cnichain.plugins.bandwidth import tbf
+from cnichain.plugins.bandwidth.config import BandwidthConfig, Shape, ifb_name, parse_config
+from cnichain.plugins.bandwidth.plugin import PLUGIN
+from tests.helpers import dispatch
+
+SUPPORTED = [v for v in ALL if v >= "0.3.0"]
+# /proc/net/psched of every current kernel: 1000 64 1000000 ... -> 15.625 ticks per microsecond
+TICK = tbf.tick_in_usec("000003e8 00000040 000f4240 3b9aca00\n")
+PREV = {
+    "interfaces": [
+        {"name": "cni0", "mac": "02:00:00:00:00:01"},
+        {"name": "veth1234", "mac": "02:00:00:00:00:02"},
+        {"name": "eth0", "mac": "02:00:00:00:00:03", "sandbox": "/var/run/netns/x"},
+    ],
+    "ips": [{"interface": 2, "address": "10.1.0.5/16", "gateway": "10.1.0.1"}],
+    "routes": [{"dst": "0.0.0.0/0"}],
+    "dns": {"nameservers": ["10.1.0.1"]},
+}
+
+
+def conf(version: str = "1.0.0", **extra) -> dict:
+    out = {"cniVersion": version, "name": "net1", "type": "bandwidth"}
+    out.update(extra)
+    return out
+
+
+def prev_at(version: str) -> dict:
+    from cnichain.common.types import Result
+
+    return Result.from_dict(dict(PREV, cniVersion="1.1.0"), "1.1.0").to_dict(version)
+
+
+# -- config --------------------------------------------------------------------------------------
+
+def test_top_level_keys():
+    cfg = parse_config(conf(ingressRate=8000, ingressBurst=800, egressRate=16000, egressBurst=1600))
+    assert cfg == BandwidthConfig(Shape(8000, 800), Shape(16000, 1600), "config")
+
+
+def test_runtime_config_used_without_top_level_keys():
+    cfg = parse_config(conf(runtimeConfig={"bandwidth": {"ingressRate": 1000, "ingressBurst": 100}}))
+    assert cfg.ingress == Shape(1000, 100) and cfg.egress is None and cfg.source == "runtimeConfig"
+
+
+def test_any_top_level_key_hides_runtime_config_entirely():
+    # Even a zero at top level makes the reference ignore runtimeConfig.bandwidth.
+    cfg = parse_config(conf(egressRate=0, runtimeConfig={"bandwidth": {"ingressRate": 1000, "ingressBurst": 100}}))
+    assert not cfg.shaped
+
+
+def test_keys_match_case_insensitively_like_go():
+    cfg = parse_config(conf(IngressRate=1000, INGRESSBURST=100))
+    assert cfg.ingress == Shape(1000, 100)
+
+
+def test_null_and_absent_mean_zero():
+    assert not parse_config(conf()).shaped
+    assert not parse_config(conf(runtimeConfig={"bandwidth": None})).shaped
+    assert not parse_config(conf(runtimeConfig={"bandwidth": {}})).shaped
+    assert not parse_config(conf(ingressRate=None, ingressBurst=None)).shaped
+
+
+@pytest.mark.parametrize(
+    "keys, message",
+    [
+        ({"ingressRate": 100}, "if rate is set, burst must also be set"),
+        ({"egressRate": 100}, "if rate is set, burst must also be set"),
+        ({"ingressBurst": 100}, "if burst is set, rate must also be set"),
+        ({"egressBurst": 100}, "if burst is set, rate must also be set"),
+        ({"ingressRate": 100, "ingressBurst": (2**32 - 1) * 8}, "burst cannot be more than 4GB"),
+        ({"egressRate": 100, "egressBurst": 2**40}, "burst cannot be more than 4GB"),
+    ],
+)
+def test_validation_messages(keys, message):
+    code, out = dispatch(PLUGIN, "ADD", conf(prevResult=prev_at("1.0.0"), **keys))
+    assert code == 1 and out == {"code": 999, "msg": message}
+
+
+def test_validation_applies_to_runtime_config_too():
+    code, out = dispatch(PLUGIN, "ADD", conf(runtimeConfig={"bandwidth": {"egressBurst": 5}}))
+    assert out["msg"] == "if burst is set, rate must also be set"
+
+
+def test_largest_accepted_burst():
+    # The cap is on burst/8: CRI-O sends 2^32*8 - 1 bits, which must pass.
+    assert parse_config(conf(ingressRate=10, ingressBurst=(2**32 - 1) * 8 - 1)).ingress is not None
+
+
+@pytest.mark.parametrize(
+    "value, fragment",
+    [
+        (-1, "cannot unmarshal number -1 into Go struct field PluginConf.ingressRate of type uint64"),
+        (1.5, "cannot unmarshal number 1.5 into Go struct field PluginConf.ingressRate of type uint64"),
+        ("100", "cannot unmarshal string into Go struct field PluginConf.ingressRate of type uint64"),
+        (True, "cannot unmarshal bool into Go struct field PluginConf.ingressRate of type uint64"),
+        (2**64, "cannot unmarshal number 18446744073709551616"),
+    ],
+)
+def test_type_errors(value, fragment):
+    code, out = dispatch(PLUGIN, "ADD", conf(ingressRate=value, ingressBurst=100))
+    assert code == 1 and out["code"] == 999
+    assert out["msg"].startswith("failed to parse network configuration: json: ")
+    assert fragment in out["msg"]
+
+
+def test_runtime_config_bandwidth_not_an_object():
+    code, out = dispatch(PLUGIN, "ADD", conf(runtimeConfig={"bandwidth": [1, 2]}))
+    assert code == 1 and "failed to parse network configuration" in out["msg"]
+
+
+def test_ifb_name_matches_reference():
+    # Observed from the reference plugin (v1.1.1) for network "bwnet", container "ctr1".
+    assert ifb_name("bwnet", "ctr1") == "bwpea62040b30ca"
+    assert len(ifb_name("n" * 100, "c" * 64)) == 15
+
+
+# -- TBF arithmetic ------------------------------------------------------------------------------
+
+def test_tick_parse():
+    assert TICK == 15.625
+    with pytest.raises(Exception):
+        tbf.tick_in_usec("garbage")
+
+
+def test_plan_matches_reference_numbers():
+    # 1 Mbit/s with 1 Mbit burst: 125000 B/s, 1 s of refill, 25 ms of queue on top of the burst.
+    p = tbf.plan(Shape(1_000_000, 1_000_000), TICK, "ingress")
+    assert p == tbf.TbfParams(rate=125_000, buffer=15_625_000, limit=3125 + 125_000)
+    assert tbf.burst_bytes(p, TICK) == 125_000
+
+
+def test_plan_of_the_readme_example():
+    # 123 bit/s, 456 bit burst -> 15 B/s, 57 B: 3.8 s of refill.
+    p = tbf.plan(Shape(123, 456), TICK, "egress")
+    assert p.rate == 15 and p.limit == 57 and p.buffer == int(3_800_000 * 15.625)
+
+
+def test_overflow_saturates_and_check_accepts_reference_wrap():
+    # containerd's burst (2^32-1 bits) at 1 Mbit/s overflows the uint32 tick count.
+    shape = Shape(1_000_000, 2**32 - 1)
+    ours = tbf.plan(shape, TICK, "ingress")
+    assert ours.buffer == 2**32 - 1
+    accepted = tbf.accepted(shape, TICK)
+    assert accepted[0] == ours and len(accepted) == 2
+    # What the Go reference put in the kernel on amd64 (read back with tc: burst 21474835b).
+    assert accepted[1].buffer == 2684354435
+    assert tbf.burst_bytes(accepted[1], TICK) == 21474835
+
+
+def test_limit_saturates_where_reference_wraps():
+    # CRI-O's burst (just under 4 GB) plus 25 ms of queue does not fit in 32 bits.
+    shape = Shape(8_000_000, (2**32 - 1) * 8 - 1)
+    assert tbf.plan(shape, TICK, "egress").limit == 2**32 - 1
+    assert tbf.accepted(shape, TICK)[1].limit == (25_000 + 2**32 - 2) & (2**32 - 1)
+
+
+def test_rate64():
+    p = tbf.plan(Shape(400_000_000_000, 8_000_000), TICK, "ingress")  # 400 Gbit/s
+    assert p.rate == 50_000_000_000 > 2**32
+
+
+@pytest.mark.parametrize("shape, fragment", [(Shape(7, 100), "rate 7"), (Shape(800, 7), "burst 7")])
+def test_plan_refuses_what_the_kernel_cannot_represent(shape, fragment):
+    with pytest.raises(Exception) as info:
+        tbf.plan(shape, TICK, "ingress")
+    assert fragment in str(info.value)
+
+
+# -- handlers without a kernel -------------------------------------------------------------------
+
+def test_add_without_bandwidth_passes_prev_result_through(cni_version):
+    prev = prev_at(cni_version)
+    code, out = dispatch(PLUGIN, "ADD", conf(cni_version, prevResult=prev))
+    if cni_version not in SUPPORTED:
+        assert code == 1 and out["msg"] == "incompatible CNI versions"
+        return
+    assert code == 0 and out == prev
+
+
+@pytest.mark.parametrize("version", SUPPORTED)
+def test_add_with_all_zero_passes_through(version):
+    prev = prev_at(version)
+    keys = dict(ingressRate=0, ingressBurst=0, egressRate=0, egressBurst=0)
+    code, out = dispatch(PLUGIN, "ADD", conf(version, prevResult=prev, **keys))
+    assert code == 0 and out == prev
+
+
+def test_add_prints_prev_result_at_config_version():
+    code, out = dispatch(PLUGIN, "ADD", conf("0.4.0", prevResult=prev_at("1.0.0")))
+    assert code == 0 and out["cniVersion"] == "0.4.0" and out["ips"][0]["version"] == "4"
+
+
+def test_add_needs_prev_result():
+    code, out = dispatch(PLUGIN, "ADD", conf(ingressRate=1000, ingressBurst=100))
+    assert out == {"code": 999, "msg": "must be called as chained plugin"}
+
+
+def test_add_without_interfaces():
+    prev = {"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.5/16"}]}
+    code, out = dispatch(PLUGIN, "ADD", conf(prevResult=prev, ingressRate=1000, ingressBurst=100))
+    assert out == {"code": 999, "msg": "no interfaces provided"}
+
+
+@pytest.mark.parametrize("version", ["0.4.0", "1.0.0", "1.1.0"])
+def test_check_with_nothing_configured_succeeds(version):
+    # The reference panics here (upstream #1221).
+    code, out = dispatch(PLUGIN, "CHECK", conf(version, prevResult=prev_at(version)))
+    assert code == 0 and out is None
+
+
+def test_check_needs_prev_result():
+    code, out = dispatch(PLUGIN, "CHECK", conf(ingressRate=1000, ingressBurst=100))
+    assert out == {"code": 999, "msg": "must be called as a chained plugin"}
+
+
+@pytest.mark.parametrize("version", ["0.1.0", "0.2.0"])
+def test_old_versions_refused(version):
+    code, out = dispatch(PLUGIN, "ADD", conf(version))
+    assert code == 1 and out["code"] == 1 and out["msg"] == "incompatible CNI versions"
+
+
+def test_version_output():
+    code, out = dispatch(PLUGIN, "VERSION")
+    assert out["supportedVersions"] == ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+
+
+def test_del_with_bad_config_fails_like_reference():
+    code, out = dispatch(PLUGIN, "DEL", conf(ingressRate=5))
+    assert code == 1 and out["msg"] == "if rate is set, burst must also be set"
+
+
+def test_noop_paths_never_import_pyroute2():
+    """VERSION, config errors and pass-through ADD must not pay for pyroute2 (or the CLI)."""
+    prev = json.dumps(conf(prevResult=prev_at("1.0.0")))
+    bad = json.dumps(conf(ingressRate=5))
+    script = f"""
+import io, sys
+from cnichain.common import skel
+from cnichain.plugins.bandwidth.plugin import PLUGIN
+env = dict(CNI_COMMAND="ADD", CNI_CONTAINERID="c1", CNI_NETNS="/nonexistent", CNI_IFNAME="eth0", CNI_PATH="/x")
+for stdin in ({prev!r}, {bad!r}):
+    skel.dispatch(PLUGIN, env, stdin.encode(), io.StringIO(), io.StringIO())
+skel.dispatch(PLUGIN, dict(CNI_COMMAND="VERSION"), b"", io.StringIO(), io.StringIO())
+heavy = [m for m in sys.modules if m.split(".")[0] in ("pyroute2", "nftables", "typer", "click", "logging")
+         or m.startswith("cnichain.cli")]
+print(",".join(heavy))
+"""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.path.join(root, ".dev")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == ""
