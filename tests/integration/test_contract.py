@@ -79,6 +79,7 @@ def test_version(plugin_dir, plugin):
 def test_errors_are_cni_json(plugin_dir, plugin, case, env, stdin, code, msg):
     if plugin not in _installed(plugin_dir, [plugin]):
         pytest.skip(f"{plugin} not available")
+    env = dict(env)  # the parameter dict is shared between runs
     command = env.pop("CNI_COMMAND", "ADD")
     rc, out, err = _run(plugin_dir, plugin, command, stdin, **env)
     assert rc == 1
