@@ -298,7 +298,9 @@ def redirect_targets(host: Any, index: int) -> list[int]:
             continue
         opts = msg.get_attr("TCA_OPTIONS")
         acts = opts.get_attr("TCA_U32_ACT") if opts else None
-        for _, act in (acts or {}).get("attrs", []) if acts else []:
+        if not acts:
+            continue
+        for _, act in acts.get("attrs", []):  # (TCA_ACT_PRIO_n, action) pairs
             if act.get_attr("TCA_ACT_KIND") != "mirred":
                 continue
             act_opts = act.get_attr("TCA_ACT_OPTIONS")

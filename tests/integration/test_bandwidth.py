@@ -276,6 +276,18 @@ def test_failed_add_rolls_back(lab, make_runtime, plugin_dir, reference_dir):
     assert has_ingress(lab, veth)  # the foreign qdisc is left alone
 
 
+def test_second_add_fails_and_keeps_the_first(lab, make_runtime, plugin_dir, reference_dir):
+    rt = runtime(make_runtime, plugin_dir, reference_dir)
+    conf = chain(lab)
+    pod, att, result = add_pod(lab, rt, conf)
+    prev = rt.cached("bwtest", att)["result"]
+    code, out = exec_bw(lab, plugin_dir, "ADD", bw_conf(prev=prev, **LIMITS), netns=pod)
+    assert code == 1 and out["msg"] == "create qdisc: file exists"
+    # The rollback removed only what the failed call made: the first ADD's shaping is intact.
+    rt.check(conf, att)
+    rt.delete(conf, att)
+
+
 def test_add_on_non_veth_interface_fails(lab, make_runtime, plugin_dir, reference_dir):
     pod = lab.netns("pod")
     lab.run(pod, "ip", "link", "add", "eth0", "type", "bridge")
