@@ -773,7 +773,12 @@ def write_chart(out: dict, path: str) -> Optional[str]:
         floor = out.get("floor", {}).get("median_ms")
         if floor:
             ax.axhline(floor, color="grey", linewidth=0.8, label="python -I -S floor")
+        levels = sorted({int(k) for c in ("ADD", "DEL") for k in g.get(plugin, {}).get(c, {})})
         ax.set_xscale("symlog", linthresh=10)
+        if levels:
+            ax.set_xlim(0, max(levels) * 1.3 + 1)
+            ax.set_xticks(levels)
+            ax.set_xticklabels([str(v) for v in levels])
         ax.set_xlabel("other pods present")
         ax.set_ylabel("median exec-to-exit (ms)")
         ax.set_title(plugin)
