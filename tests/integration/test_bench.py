@@ -83,3 +83,23 @@ def test_warm_mode_is_reported_when_the_agent_is_missing(tmp_path, reference_dir
         assert any(n.startswith("warm skipped") for n in out["notes"])
     else:
         assert "warm" in out["modes"]
+
+
+CORPUS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "corpus")
+
+
+@pytest.mark.parametrize(
+    "name", ["containerd-install-cni.conflist", "podman-87-podman-bridge.conflist", "minikube-bridge.conflist"]
+)
+def test_bench_runs_corpus_conflists_unchanged(tmp_path, reference_dir, name):
+    """Other projects' bridge-based conflists, as written, through both implementations."""
+    path = os.path.join(CORPUS, name)
+    with open(path) as fh:
+        types = [p["type"] for p in json.load(fh)["plugins"]]
+    out, _ = bench.run_bench(_tiny(tmp_path, reference_dir, pods=1, phases=("chain",), conflist=path, chart=False))
+    assert not out["errors"], out["errors"]
+    for mode in ("cold", "reference"):
+        assert set(types) <= set(out["modes"][mode]["plugins"]), out["modes"][mode]
+        assert out["chain_totals"][mode]["all"]["ADD+DEL"]["n"] == 1
+    for t in types:
+        assert out["chain"][t]["ADD"]["cold"]["n"] == 1 and out["chain"][t]["DEL"]["reference"]["n"] == 1
