@@ -19,39 +19,13 @@ GONE = {errno.ENOENT, errno.ENODEV, errno.ESRCH, errno.EADDRNOTAVAIL, errno.ENXI
 
 
 def _iproute_class() -> Any:
-    """``pyroute2.IPRoute`` without paying for ``pyroute2/__init__``.
+    """``pyroute2.IPRoute``, imported the supported way on first use.
 
-    The package ``__init__`` imports every pyroute2 feature (NDB, IPDB, conntrack, nl80211, ...):
-    ~90 ms of a ~125 ms plugin exec.  When nothing has imported pyroute2 yet, a bare package module
-    is registered so only ``pyroute2.iproute.linux`` and what it needs load (~50 ms).  The bare module
-    runs the real ``__init__`` on the first attribute it lacks, so ``from pyroute2 import X``
-    elsewhere in the same process keeps working.
+    The package ``__init__`` loads every pyroute2 feature (~90 ms here).  Skipping it by
+    registering a bare package module would save ~30 ms but relies on pyroute2's internals and can
+    break on any upgrade; the node agent (warm path) is where that cost goes away instead.
     """
-    import sys
-
-    if "pyroute2" not in sys.modules:
-        import importlib
-        import importlib.util
-        import types
-
-        spec = importlib.util.find_spec("pyroute2")
-        if spec is not None and spec.loader is not None and spec.submodule_search_locations:
-            bare = types.ModuleType("pyroute2")
-            bare.__spec__, bare.__loader__, bare.__file__ = spec, spec.loader, spec.origin
-            bare.__path__, bare.__package__ = list(spec.submodule_search_locations), "pyroute2"
-
-            def complete(name: str) -> Any:
-                if name.startswith("__"):
-                    raise AttributeError(name)
-                if importlib.util.find_spec(f"pyroute2.{name}") is not None:  # a submodule: just it
-                    return importlib.import_module(f"pyroute2.{name}")
-                del bare.__getattr__  # type: ignore[attr-defined]
-                spec.loader.exec_module(bare)  # type: ignore[union-attr]
-                return getattr(bare, name)
-
-            bare.__getattr__ = complete  # type: ignore[attr-defined]
-            sys.modules["pyroute2"] = bare
-    from pyroute2.iproute.linux import IPRoute
+    from pyroute2 import IPRoute
 
     return IPRoute
 
