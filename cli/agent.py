@@ -309,8 +309,100 @@ def _ns_id(fd_or_path: Any) -> tuple[int, int]:
 
 # -- the worker (runs in the forked child only) ---------------------------------------------------
 
+_LAUNCHER_FORWARD = re.compile(r"^code = forward\('([a-z0-9][a-z0-9._\-]*)', '([^'\\]*)'\)$", re.M)
 
-def _worker(conn: socket.socket, req: AgentRequest, plugin: Any, net_fd: int, mnt_fd: int, limit: float) -> int:
+
+def launcher_target(binary: str) -> Optional[tuple[str, str]]:
+    """(plugin type, baked socket) when ``binary`` is a launcher written by our installer."""
+    try:
+        with open(binary, "rb") as fh:
+            head = fh.read(4096).decode("utf-8", "replace")
+    except OSError:
+        return None
+    from cnichain.cli.install import MARKER
+
+    if MARKER not in head:
+        return None
+    found = _LAUNCHER_FORWARD.search(head)
+    return (found.group(1), found.group(2)) if found else None
+
+
+def _reset_process_state(env: dict) -> None:
+    """What a fresh exec would start with: the request's environment, no cached library handles."""
+    from cnichain.common import log as log_mod
+    from cnichain.common import nft as nft_mod
+
+    os.environ.clear()
+    os.environ.update(env)
+    nft_mod._nft = None  # a libnftables context belongs to the namespace it was made in
+    log_mod.log.__init__()  # type: ignore[misc]
+
+
+class DelegateRunner:
+    """Runs IPAM delegates that would exec one of our launchers -- and so come back to this very
+    agent -- in a forked process instead: the same isolation as an exec (own process, own state,
+    own limit), without interpreter start-up and a second round trip through the socket."""
+
+    def __init__(self, plugins: dict[str, Any], socket_path: str, limit: float) -> None:
+        self.plugins = plugins
+        self.socket_path = socket_path
+        self.limit = limit
+
+    def __call__(self, binary: str, env: dict, stdin: bytes) -> Optional[tuple[int, bytes, bytes]]:
+        target = launcher_target(binary)
+        if target is None or target[0] not in self.plugins:
+            return None
+        path = env.get(shim.ENV_SOCKET, target[1])
+        if path.lower() in shim.DISABLED or path != self.socket_path:
+            return None  # that exec would not reach this agent: keep the exec semantics exactly
+        plugin = self.plugins[target[0]]
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            status = EXIT_FAILED
+            try:
+                os.close(r)
+                signal.alarm(max(1, int(self.limit + 0.999)))
+                _reset_process_state(env)
+                out, err = io.StringIO(), io.StringIO()
+                sys.stdout, sys.stderr = out, err
+                from cnichain.common.skel import dispatch
+
+                code = dispatch(plugin, env, stdin, out, err)
+                frame = shim.encode_result(code, out.getvalue().encode("utf-8", "surrogateescape"),
+                                           err.getvalue().encode("utf-8", "surrogateescape"))
+                view = memoryview(frame)
+                while view:
+                    view = view[os.write(w, view):]
+                status = EXIT_OK
+            finally:
+                os._exit(status)
+        os.close(w)
+        chunks = []
+        try:
+            while True:
+                chunk = os.read(r, 65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        finally:
+            os.close(r)
+        _pid, status = os.waitpid(pid, 0)
+        data = b"".join(chunks)
+        try:
+            if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_OK:
+                _v, kind, _n = shim.parse_header(data[: shim.HEADER_SIZE])
+                if kind == shim.RESULT:
+                    return shim.decode_result(data[shim.HEADER_SIZE :])
+        except ValueError:
+            pass
+        # Like an exec'd plugin that died: no JSON, a non-zero status.
+        how = f"signal: {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit status {os.WEXITSTATUS(status)}"
+        return 1, b"", f"{target[0]} worker failed ({how})".encode()
+
+
+def _worker(conn: socket.socket, req: AgentRequest, plugin: Any, net_fd: int, mnt_fd: int, limit: float,
+            delegates: Optional[DelegateRunner] = None) -> int:
     """Run one request in this (forked) process and answer the shim; returns the exit status."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM, signal.SIGCHLD, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
@@ -333,15 +425,12 @@ def _worker(conn: socket.socket, req: AgentRequest, plugin: Any, net_fd: int, mn
     os.close(mnt_fd)
     os.chdir("/")
     os.umask(req.umask)
-    os.environ.clear()
-    os.environ.update(req.env)
+    _reset_process_state(req.env)
 
-    from cnichain.common import log as log_mod
-    from cnichain.common import nft as nft_mod
+    from cnichain.common import invoke
     from cnichain.common.skel import dispatch
 
-    nft_mod._nft = None  # a libnftables context belongs to the namespace it was made in
-    log_mod.log.__init__()  # type: ignore[misc]
+    invoke.delegate_runner = delegates
     out, err = io.StringIO(), io.StringIO()
     sys.stdout, sys.stderr = out, err
     code = dispatch(plugin, req.env, req.stdin, out, err)
@@ -369,6 +458,7 @@ class AgentConfig:
     drain_timeout: Optional[float] = None  # default: request_timeout + KILL_GRACE
     log_file: Optional[str] = None  # default: stderr
     extra_plugins: dict[str, str] = field(default_factory=dict)  # type -> module exposing PLUGIN
+    fork_delegates: bool = True  # run delegates that would come back to us in a fork, not an exec
 
 
 class Conn:
@@ -556,15 +646,18 @@ class Agent:
                 break
             timeout = self._next_deadline(now)
             for key, _events in self.sel.select(timeout):
-                what, arg = key.data
-                if what == "wake":
-                    self._drain_wakeups()
-                elif what == "listen":
-                    self._accept(key.fileobj, arg)
-                elif what == "conn":
-                    self._readable(arg)
-                elif what == "child":
-                    self._reap(arg)
+                # An earlier event of this batch may have closed this one's object (a worker reaped
+                # before its shim's end-of-stream was read): skip keys that are no longer registered.
+                if self.sel.get_map().get(key.fd) is not key:
+                    continue
+                try:
+                    self._dispatch_event(key)
+                except Exception as exc:  # noqa: BLE001 - one request's trouble never stops the agent
+                    import traceback
+
+                    self.log(f"internal error handling {key.data[0]}: {exc!r}\n{traceback.format_exc()}")
+                    if key.data[0] == "conn" and key.data[1].state != "run":
+                        self._close(key.data[1])
             self._handle_signals()
             self._expire(time.monotonic())
         self._close_listeners()
@@ -572,6 +665,17 @@ class Agent:
             self._close(conn)
         self.log("stopped")
         return 0
+
+    def _dispatch_event(self, key: selectors.SelectorKey) -> None:
+        what, arg = key.data
+        if what == "wake":
+            self._drain_wakeups()
+        elif what == "listen":
+            self._accept(key.fileobj, arg)  # type: ignore[arg-type]
+        elif what == "conn":
+            self._readable(arg)
+        elif what == "child":
+            self._reap(arg)
 
     def _next_deadline(self, now: float) -> float:
         deadlines = [c.deadline for c in self.conns.values() if c.deadline]
@@ -640,7 +744,7 @@ class Agent:
             if conn.state != "run":
                 self._close(conn)
             else:
-                self.sel.unregister(conn.sock)  # the worker still owns the reply
+                self._unregister(conn.sock)  # the worker still owns the reply
             return
         if conn.kind == "metrics":
             self._metrics_readable(conn, chunk)
@@ -729,7 +833,9 @@ class Agent:
         if pid == 0:  # the worker
             status = EXIT_FAILED
             try:
-                status = _worker(conn.sock, conn.req, plugin, conn.net_fd, conn.mnt_fd, self.cfg.request_timeout)
+                delegates = DelegateRunner(self.plugins, self.cfg.socket_path, self.cfg.request_timeout)
+                status = _worker(conn.sock, conn.req, plugin, conn.net_fd, conn.mnt_fd, self.cfg.request_timeout,
+                                 delegates if self.cfg.fork_delegates else None)
             except BaseException:  # noqa: BLE001 - the parent reports it; never unwind into the loop
                 status = EXIT_FAILED
             finally:
@@ -776,7 +882,7 @@ class Agent:
             f"request plugin={req.plugin_type} command={req.command or '-'} container={req.container_id} "
             f"exit={code} outcome={outcome} ms={elapsed * 1000:.1f} worker={conn.child}"
         )
-        self.sel.unregister(conn.pidfd)
+        self._unregister(conn.pidfd)
         del self.children[conn.pidfd]
         os.close(conn.pidfd)
         conn.pidfd = -1
@@ -820,6 +926,12 @@ class Agent:
         self._close(conn)
 
     # -- helpers ---------------------------------------------------------------------------------
+    def _unregister(self, fileobj: Any) -> None:
+        try:
+            self.sel.unregister(fileobj)
+        except (KeyError, ValueError):
+            pass
+
     def _refuse(self, conn: Conn, reason: str, label: str) -> None:
         self.metrics.refuse(label)
         self.log(f"refused request from pid {conn.pid}: {reason}")
@@ -855,10 +967,7 @@ class Agent:
         fd = conn.sock.fileno()
         if fd >= 0 and self.conns.get(fd) is conn:
             del self.conns[fd]
-            try:
-                self.sel.unregister(conn.sock)
-            except (KeyError, ValueError):
-                pass
+            self._unregister(conn.sock)
         self._close_fds(conn)
         if conn.pidfd >= 0:  # still running: keep tracking the worker, just forget the socket
             return
@@ -1024,6 +1133,8 @@ def parse_args(argv: Optional[list[str]] = None) -> AgentConfig:
     p.add_argument("--max-workers", type=int, default=64)
     p.add_argument("--drain-timeout", type=float, default=None)
     p.add_argument("--log-file", default=None)
+    p.add_argument("--exec-delegates", action="store_true",
+                   help="exec IPAM delegates even when they are our own launchers (default: fork them)")
     p.add_argument("--plugin", action="append", default=[], metavar="TYPE=MODULE",
                    help="also serve a plugin from a module exposing PLUGIN (repeatable)")
     ns = p.parse_args(argv)
@@ -1042,6 +1153,7 @@ def parse_args(argv: Optional[list[str]] = None) -> AgentConfig:
         drain_timeout=ns.drain_timeout,
         log_file=ns.log_file,
         extra_plugins=extra,
+        fork_delegates=not ns.exec_delegates,
     )
 
 

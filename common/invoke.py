@@ -29,18 +29,28 @@ def find_plugin(name: str, paths: list[str]) -> str:
     raise plugin_error(f'failed to find plugin "{name}" in path {paths}')
 
 
+# Set only inside a node-agent worker (cli/agent.py): runs a delegate that is one of our own
+# launchers in a forked process instead of an exec, with the same isolation and output.  Called as
+# ``runner(binary, env, stdin)``; returns (exit code, stdout, stderr), or None to exec as usual.
+delegate_runner = None
+
+
 def exec_plugin(binary: str, command: str, env: Mapping[str, str], stdin: bytes) -> bytes:
     """Run ``binary`` for ``command``; return its stdout; raise its CNI error on failure."""
-    import subprocess
-
     child_env = dict(env)
     child_env["CNI_COMMAND"] = command
-    proc = subprocess.run(
-        [binary], input=stdin, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False
-    )
-    if proc.returncode != 0:
-        raise error_from_output(proc.stdout, proc.stderr, proc.returncode)
-    return proc.stdout
+    ran = delegate_runner(binary, child_env, stdin) if delegate_runner is not None else None
+    if ran is None:
+        import subprocess
+
+        proc = subprocess.run(
+            [binary], input=stdin, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False
+        )
+        ran = (proc.returncode, proc.stdout, proc.stderr)
+    code, out, err = ran
+    if code != 0:
+        raise error_from_output(out, err, code)
+    return out
 
 
 def error_from_output(stdout: bytes, stderr: bytes, returncode: int) -> CniError:
