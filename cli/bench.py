@@ -811,6 +811,7 @@ def run_bench(options: Options) -> tuple[dict, dict[str, str]]:
                     getattr(bench, f"phase_{phase}")()
             bench.loadavg = [load0, os.getloadavg()]  # type: ignore[attr-defined]
             out = summarize(bench, time.time() - started)
+            out["run_id"] = lab.run_id
         finally:
             for ctx in bench.cleanup:
                 ctx.__exit__(None, None, None)

@@ -22,9 +22,8 @@ def _tiny(tmp_path, reference_dir: str, **kw) -> bench.Options:
 
 
 def test_tiny_bench_side_by_side(tmp_path, reference_dir):
-    before = set(leftover_namespaces("cnib"))
     out, files = bench.run_bench(_tiny(tmp_path, reference_dir))
-    assert set(leftover_namespaces("cnib")) <= before, "the bench left namespaces behind"
+    assert not leftover_namespaces(f"cnib-{out['run_id']}"), "the bench left namespaces behind"
     assert not out["errors"], out["errors"]
     # both implementations ran the chain; the reference chain lacks route-override
     assert set(out["modes"]) == {"cold", "reference"}
