@@ -1,0 +1,192 @@
+"""portmap's network configuration and port mappings: parsing and validation only.
+
+Everything here is pure.  Messages follow the reference plugin where it has one (runtimes and
+operators grep for them); where the reference silently accepts something that would make the
+kernel objects wrong or wider than asked (an unknown protocol, an iptables match handed to an
+nftables table) we refuse it with an error that names the key.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from cnichain.common.errors import plugin_error
+from cnichain.common.types import Result
+
+PROTOCOLS = ("tcp", "udp", "sctp")
+# Characters that would let a condition end the rule it is spliced into (nft statement
+# separators, comments) or that have no business in a match expression.
+_FORBIDDEN_IN_CONDITION = (";", "\n", "\r", "#", "\0", "\\")
+
+
+@dataclass(frozen=True)
+class PortMapping:
+    host_port: int
+    container_port: int
+    protocol: str  # lower case: tcp, udp or sctp
+    host_ip: str = ""  # canonical text, "" when absent
+
+    @property
+    def host_family(self) -> int:
+        """4 or 6 for a given hostIP, 0 when the mapping applies to both families."""
+        if not self.host_ip:
+            return 0
+        return 6 if ":" in self.host_ip else 4
+
+    @property
+    def host_ip_is_any(self) -> bool:
+        return self.host_ip in ("0.0.0.0", "::")
+
+    def applies_to(self, family: int) -> bool:
+        """The reference's rule: a hostIP of the other family skips the mapping."""
+        return self.host_family in (0, family)
+
+
+@dataclass(frozen=True)
+class PortmapConfig:
+    snat: bool = True
+    masq_all: bool = False
+    conditions_v4: tuple[str, ...] = ()
+    conditions_v6: tuple[str, ...] = ()
+    mark_masq_bit: Optional[int] = None
+    external_set_mark_chain: str = ""
+    mappings: tuple[PortMapping, ...] = ()
+
+    def conditions(self, family: int) -> str:
+        return " ".join(self.conditions_v4 if family == 4 else self.conditions_v6)
+
+    @property
+    def ignored_keys(self) -> list[str]:
+        """Keys accepted for compatibility that change nothing in our nftables layout."""
+        out = []
+        if self.mark_masq_bit is not None:
+            out.append("markMasqBit")
+        if self.external_set_mark_chain:
+            out.append("externalSetMarkChain")
+        return out
+
+
+def _bool(conf: dict, key: str, default: bool) -> bool:
+    value = conf.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise plugin_error(f"failed to parse config: {key} must be a boolean, got {value!r}")
+    return value
+
+
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        raise plugin_error(f"failed to parse config: {what} must be an integer, got {value!r}")
+    return int(value)
+
+
+def _conditions(conf: dict, key: str) -> tuple[str, ...]:
+    raw = conf.get(key)
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(c, str) for c in raw):
+        raise plugin_error(f"failed to parse config: {key} must be a list of strings")
+    tokens = tuple(c.strip() for c in raw if c.strip())
+    if not tokens:
+        return ()
+    first = tokens[0]
+    if first[0] in "-!" or any(t.startswith("-") for t in tokens):
+        raise plugin_error(
+            "failed to parse config: nftables backend was requested but configuration contains "
+            f"iptables-specific options [{key}]",
+            f"{key} must be nftables match expressions (e.g. \"ip saddr 10.0.0.0/8\"), got {list(raw)}",
+        )
+    joined = " ".join(tokens)
+    bad = [ch for ch in _FORBIDDEN_IN_CONDITION if ch in joined]
+    if bad or joined.count('"') % 2 or joined.count("{") != joined.count("}"):
+        raise plugin_error(f"failed to parse config: {key} is not a single nftables match expression: {joined!r}")
+    return tokens
+
+
+def parse_mapping(entry: Any) -> PortMapping:
+    if not isinstance(entry, dict):
+        raise plugin_error(f"failed to parse config: portMappings entry is not an object: {entry!r}")
+    host_port = _int(entry.get("hostPort", 0), "hostPort")
+    container_port = _int(entry.get("containerPort", 0), "containerPort")
+    if container_port <= 0 or container_port > 65535:
+        raise plugin_error(f"failed to parse config: Invalid container port number: {container_port}")
+    if host_port <= 0 or host_port > 65535:
+        raise plugin_error(f"failed to parse config: Invalid host port number: {host_port}")
+    proto = entry.get("protocol") or "tcp"
+    if not isinstance(proto, str) or proto.lower() not in PROTOCOLS:
+        raise plugin_error(
+            f"failed to parse config: unsupported protocol {proto!r} in portMappings (tcp, udp or sctp)"
+        )
+    host_ip = entry.get("hostIP") or ""
+    if not isinstance(host_ip, str):
+        raise plugin_error(f"failed to parse config: hostIP must be a string, got {host_ip!r}")
+    if host_ip:
+        try:
+            addr = ipaddress.ip_address(host_ip)
+        except ValueError:
+            raise plugin_error(f"failed to parse config: invalid hostIP {host_ip!r} in portMappings") from None
+        if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+            addr = addr.ipv4_mapped
+        host_ip = str(addr)
+    return PortMapping(host_port, container_port, proto.lower(), host_ip)
+
+
+def parse_config(conf: dict) -> PortmapConfig:
+    """Validate the portmap keys of a network config (``runtimeConfig`` included)."""
+    backend = conf.get("backend")
+    if backend not in (None, "", "nftables"):
+        if backend == "iptables":
+            raise plugin_error(
+                'failed to parse config: backend "iptables" is not supported: this portmap '
+                'programs nftables only (remove "backend" or set it to "nftables")'
+            )
+        raise plugin_error(f'failed to parse config: unrecognized backend "{backend}"')
+    mark_bit = conf.get("markMasqBit")
+    if mark_bit is not None:
+        mark_bit = _int(mark_bit, "markMasqBit")
+        if not 0 <= mark_bit <= 31:
+            raise plugin_error("failed to parse config: MasqMarkBit must be between 0 and 31")
+    ext = conf.get("externalSetMarkChain") or ""
+    if not isinstance(ext, str):
+        raise plugin_error("failed to parse config: externalSetMarkChain must be a string")
+    if ext and mark_bit is not None:
+        raise plugin_error("failed to parse config: Cannot specify externalSetMarkChain and markMasqBit")
+    rc = conf.get("runtimeConfig")
+    raw_maps = rc.get("portMappings") if isinstance(rc, dict) else None
+    if raw_maps is not None and not isinstance(raw_maps, list):
+        raise plugin_error("failed to parse config: runtimeConfig.portMappings must be a list")
+    return PortmapConfig(
+        snat=_bool(conf, "snat", True),
+        masq_all=_bool(conf, "masqAll", False),
+        conditions_v4=_conditions(conf, "conditionsV4"),
+        conditions_v6=_conditions(conf, "conditionsV6"),
+        mark_masq_bit=mark_bit,
+        external_set_mark_chain=ext,
+        mappings=tuple(parse_mapping(m) for m in raw_maps or ()),
+    )
+
+
+def container_ips(prev: Result, ifname: str) -> dict[int, str]:
+    """The first IPv4 and first IPv6 address of the pod, picked exactly as the reference does.
+
+    An address whose ``interface`` index names another interface, or a host-side one (no
+    sandbox), is skipped; an address without an index is taken.
+    """
+    out: dict[int, str] = {}
+    for ip in prev.ips:
+        if ip.interface is not None:
+            if not 0 <= ip.interface < len(prev.interfaces):
+                continue
+            iface = prev.interfaces[ip.interface]
+            if iface.name != ifname or not iface.sandbox:
+                continue
+        addr = ip.address.split("/", 1)[0]
+        try:
+            parsed = ipaddress.ip_address(addr)
+        except ValueError:
+            continue
+        out.setdefault(parsed.version, str(parsed))
+    return out

@@ -1,0 +1,107 @@
+"""portmap: forward host ports to a pod, on nftables, owned per container.
+
+ADD installs this container's chains and dispatch keys in one transaction; DEL removes exactly
+them, with or without ``prevResult``, ``CNI_NETNS`` or ``runtimeConfig.portMappings`` (the
+reference needs the mappings again on DEL and leaks its rules without them).  CHECK looks for the
+container's rules; GC removes the mappings of containers not in ``cni.dev/valid-attachments``.
+The result is ``prevResult``, untouched, in the config's version.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from cnichain.common.errors import plugin_error
+from cnichain.common.log import log
+from cnichain.common.skel import Plugin, Request
+from cnichain.common.types import Result
+
+from . import layout
+from .config import PortmapConfig, container_ips, parse_config
+
+
+def _config(req: Request) -> PortmapConfig:
+    cfg = parse_config(req.conf)
+    if cfg.ignored_keys:
+        log.info(
+            f"portmap: {', '.join(cfg.ignored_keys)} only tune the iptables backend's packet marks; "
+            "this plugin masquerades hairpin and localhost traffic itself, so they have no effect"
+        )
+    return cfg
+
+
+def cmd_add(req: Request) -> Result:
+    cfg = _config(req)
+    prev = req.require_prev_result("must be called as chained plugin")
+    if not cfg.mappings:
+        return prev
+    ips = container_ips(prev, req.ifname)
+    plan = layout.plan_owner(req.network_name, req.container_id, cfg, ips)
+    if plan.empty:
+        return prev
+    from . import host, tables
+
+    tables.install(plan)
+    if cfg.snat and 4 in ips and any(m.applies_to(4) for m in cfg.mappings):
+        host.enable_route_localnet(ips[4], prev)
+    for family, cip in sorted(ips.items()):
+        udp = sorted({m.host_port for m in cfg.mappings if m.protocol == "udp" and m.applies_to(family)})
+        if udp:
+            host.flush_udp_conntrack(family, udp)
+    return prev
+
+
+def cmd_del(req: Request) -> None:
+    _config(req)  # a broken config is still reported, as the reference does
+    from . import tables
+
+    tables.remove(layout.owner_id(req.network_name, req.container_id))
+    return None
+
+
+def cmd_check(req: Request) -> None:
+    cfg = _config(req)
+    prev = req.require_prev_result("Required prevResult missing")
+    if not cfg.mappings:
+        return None
+    plan = layout.plan_owner(req.network_name, req.container_id, cfg, container_ips(prev, req.ifname))
+    if plan.empty:
+        return None
+    from . import tables
+
+    have = tables.owner_comments(plan.owner)
+    if have is None:
+        raise plugin_error(f'missing hostport rules: chain "{layout.dnat_chain(plan.owner)}" not found')
+    missing = [k for k in plan.dnat_keys + plan.masq_keys if k not in have]
+    if missing:
+        raise plugin_error(f"missing hostport rules in chain {layout.dnat_chain(plan.owner)!r}: {missing}")
+    if plan.masq_rules:
+        count = tables.chain_rule_count(layout.masq_chain(plan.owner))
+        if not count or count < len(plan.masq_rules):
+            raise plugin_error(f'missing masquerade rules in chain "{layout.masq_chain(plan.owner)}"')
+    return None
+
+
+def cmd_gc(req: Request) -> None:
+    _config(req)
+    valid = [cid for cid, _ifname in req.valid_attachments()]
+    from . import tables
+
+    tables.remove_many(lambda snap: layout.stale_owners(snap, req.network_name, valid))
+    return None
+
+
+def cmd_status(req: Request) -> None:
+    _config(req)
+    return None
+
+
+PLUGIN = Plugin(
+    name="portmap",
+    add=cmd_add,
+    delete=cmd_del,
+    check=cmd_check,
+    gc=cmd_gc,
+    status=cmd_status,
+    about="CNI portmap plugin (cnichain, nftables)",
+)

@@ -1,0 +1,125 @@
+"""The only module of portmap that talks to nftables (through libnftables, one handle per process).
+
+Fast paths are lock-free, single transactions guarded by the kernel itself: ``create`` fails with
+EEXIST when a key is already claimed, and deleting a container's chain fails with EBUSY while a
+shared-key chain still jumps to it.  Either way nothing is applied and the slow path runs: under a
+lock held on the network namespace itself (so it serialises exactly the plugins working on this
+namespace, and needs no file on disk), it lists our table once and rebuilds the keys involved.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from contextlib import contextmanager
+from typing import Iterator, Optional
+
+from cnichain.common import nft
+from cnichain.common.errors import plugin_error
+from cnichain.common.log import log
+
+from . import layout
+from .layout import OwnerPlan, Snapshot
+
+ATTEMPTS = 6
+_RETRYABLE = ("File exists", "No such file or directory", "Device or resource busy")
+
+
+class NftFailed(Exception):
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    @property
+    def retryable(self) -> bool:
+        return any(r in self.text for r in _RETRYABLE)
+
+
+def _run(script: str) -> None:
+    rc, _out, err = nft.handle().cmd(script)
+    if rc != 0:
+        raise NftFailed(str(err).strip())
+
+
+def _list(what: str) -> Optional[list[dict]]:
+    try:
+        return nft.list_ruleset(f"list {what}")
+    except Exception as exc:  # noqa: BLE001 - CniError from nft with the reference's wording
+        raise plugin_error(f"could not list rules in table {layout.TABLE}: {exc}") from None
+
+
+@contextmanager
+def _netns_lock() -> Iterator[None]:
+    """An exclusive flock on this thread's network namespace inode (released on close)."""
+    fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def snapshot() -> Optional[Snapshot]:
+    objs = _list(f"table {layout.T}")
+    return None if objs is None else Snapshot.from_json(objs)
+
+
+def owner_comments(owner: str) -> Optional[list[str]]:
+    """Rule comments of the container's DNAT chain, or None when it has none."""
+    objs = _list(f"chain {layout.T} {layout.dnat_chain(owner)}")
+    if objs is None:
+        return None
+    return [str(o["rule"].get("comment", "")) for o in objs if "rule" in o]
+
+
+def chain_rule_count(name: str) -> Optional[int]:
+    objs = _list(f"chain {layout.T} {name}")
+    return None if objs is None else sum(1 for o in objs if "rule" in o)
+
+
+def _slow(build) -> None:  # build(snapshot) -> script or "" for nothing to do
+    last = ""
+    with _netns_lock():
+        for attempt in range(ATTEMPTS):
+            snap = snapshot() or Snapshot()
+            script = build(snap)
+            if not script.strip():
+                return
+            try:
+                _run(script)
+                return
+            except NftFailed as exc:
+                last = exc.text
+                if not exc.retryable:
+                    break
+                time.sleep(0.005 * (attempt + 1))
+    raise plugin_error(f"unable to set up nftables rules for port mappings: {last}")
+
+
+def install(plan: OwnerPlan) -> None:
+    """ADD: one transaction; the slow path when this container or one of its keys exists."""
+    try:
+        _run(layout.fast_add(plan))
+        return
+    except NftFailed as exc:
+        log.debug(f"portmap: fast ADD for {plan.owner} refused ({exc.text.splitlines()[0]}); rebuilding")
+    _slow(lambda snap: layout.rebuild(snap, add=plan))
+
+
+def remove(owner: str) -> None:
+    """DEL: list this container's chain (small), delete it and its keys in one transaction."""
+    comments = owner_comments(owner)
+    if comments is None:
+        return  # never added, or already deleted
+    try:
+        _run(layout.fast_delete(owner, comments))
+        return
+    except NftFailed as exc:
+        log.debug(f"portmap: fast DEL for {owner} refused ({exc.text.splitlines()[0]}); rebuilding")
+    _slow(lambda snap: layout.rebuild(snap, remove=[owner]))
+
+
+def remove_many(select) -> None:
+    """GC: remove every owner ``select(snapshot)`` returns, in one transaction."""
+    _slow(lambda snap: layout.rebuild(snap, remove=select(snap)) if select(snap) else "")
