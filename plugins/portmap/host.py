@@ -49,11 +49,17 @@ def host_interface_from_result(prev: Result) -> Optional[str]:
     return None
 
 
-def enable_route_localnet(container_ip: str, prev: Result) -> None:
-    """Let 127.0.0.1 be DNATed out of the interface towards the pod (IPv4 localhost hostPorts)."""
+def localnet_interface(container_ip: str, prev: Result) -> str:
+    """The host interface towards the pod, found before anything is changed."""
     ifname = route_interface(container_ip) or host_interface_from_result(prev)
     if not ifname:
         raise plugin_error(f"unable to enable route_localnet: no route to {container_ip}")
+    sysctl.path_for_interface("net/ipv4/conf/%s/route_localnet", ifname)  # validates the name
+    return ifname
+
+
+def enable_route_localnet(ifname: str) -> None:
+    """Let 127.0.0.1 be DNATed out of the interface towards the pod (IPv4 localhost hostPorts)."""
     try:
         sysctl.ensure(sysctl.path_for_interface("net/ipv4/conf/%s/route_localnet", ifname), "1")
     except OSError as exc:
@@ -73,13 +79,17 @@ def flush_udp_conntrack(family: int, ports: list[int]) -> int:
     deleted = 0
     try:
         from pyroute2 import Conntrack
+        from pyroute2.conntrack import NFCTAttrTuple
 
         fam = socket.AF_INET if family == 4 else socket.AF_INET6
         ct = Conntrack()
         try:
-            for entry in list(ct.dump_entries(family=fam)):
-                orig = entry.tuple_orig
-                if orig.proto == socket.IPPROTO_UDP and orig.dport in wanted:
+            for port in sorted(wanted):
+                match = NFCTAttrTuple(family=fam, proto=socket.IPPROTO_UDP, dport=port)
+                for entry in list(ct.dump_entries(tuple_orig=match)):
+                    orig = entry.tuple_orig
+                    if orig.proto != socket.IPPROTO_UDP or orig.dport != port:
+                        continue
                     try:
                         ct.entry("del", tuple_orig=orig)
                         deleted += 1

@@ -41,9 +41,16 @@ def cmd_add(req: Request) -> Result:
         return prev
     from . import host, tables
 
-    tables.install(plan)
+    localnet = None
     if cfg.snat and 4 in ips and any(m.applies_to(4) for m in cfg.mappings):
-        host.enable_route_localnet(ips[4], prev)
+        localnet = host.localnet_interface(ips[4], prev)
+    tables.install(plan)
+    if localnet:
+        try:
+            host.enable_route_localnet(localnet)
+        except Exception:
+            tables.remove(plan.owner)  # all or nothing
+            raise
     for family, cip in sorted(ips.items()):
         udp = sorted({m.host_port for m in cfg.mappings if m.protocol == "udp" and m.applies_to(family)})
         if udp:

@@ -1,0 +1,382 @@
+"""portmap against a real kernel: traffic through lab namespaces, read-back of our nftables table.
+
+Topology per test: the lab's node namespace runs the reference bridge + host-local and our
+portmap (the Runtime, like containerd); a "client" namespace is wired to the node on
+192.168.77.0/24 and fd77::/64 and plays a remote machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from cnichain.cli.runtime import Attachment, ConfList, PluginFailed
+from cnichain.common.types import Result
+from cnichain.plugins.portmap import layout
+
+pytestmark = pytest.mark.integration
+
+NODE4, NODE6, CLIENT4, CLIENT6 = "192.168.77.1", "fd77::1", "192.168.77.2", "fd77::2"
+
+
+def bridge_conflist(lab, name="pmnet", portmap=None, version="1.0.0", dual=True, hairpin=True) -> ConfList:
+    ranges = [[{"subnet": "10.77.0.0/24"}]] + ([[{"subnet": "fd00:77::/64"}]] if dual else [])
+    routes = [{"dst": "0.0.0.0/0"}] + ([{"dst": "::/0"}] if dual else [])
+    return ConfList.from_dict({
+        "cniVersion": version, "name": name,
+        "plugins": [
+            {"type": "bridge", "bridge": "cni0", "isGateway": True, "hairpinMode": hairpin,
+             "ipam": {"type": "host-local", "ranges": ranges, "routes": routes, "dataDir": lab.path("ipam")}},
+            dict({"type": "portmap", "capabilities": {"portMappings": True}}, **(portmap or {})),
+        ],
+    })
+
+
+@pytest.fixture
+def node(lab, make_runtime, plugin_dir, reference_dir):
+    """(runtime, client netns) with the client wired to the node."""
+    client = lab.netns("client")
+    lab.wire(client, [f"{CLIENT4}/24", f"{CLIENT6}/64"], [f"{NODE4}/24", f"{NODE6}/64"], "cli")
+    lab.run(lab.node, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
+    return make_runtime([plugin_dir, reference_dir]), client
+
+
+def serve(lab, ns, port, text, proto="TCP"):
+    """A dual-stack echo server inside ``ns``; returns the Popen (caller kills it)."""
+    if proto == "UDP":
+        argv = ["socat", f"UDP6-RECVFROM:{port},fork,reuseaddr,ipv6only=0", f"SYSTEM:echo {text}"]
+    else:
+        argv = ["socat", f"{proto}6-LISTEN:{port},fork,reuseaddr,ipv6only=0", f"SYSTEM:echo {text}"]
+    proc = lab.popen(ns, *argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.3)
+    return proc
+
+
+def fetch(lab, ns, addr, port, proto="TCP") -> str:
+    host = f"[{addr}]" if ":" in addr else addr
+    if proto == "UDP":
+        target = f"UDP:{host}:{port}"
+        out = lab.run(ns, "socat", "-T1", "-", target, check=False, input="ping\n", timeout=10)
+    else:
+        out = lab.run(ns, "socat", "-T2", "-", f"{proto}:{host}:{port},connect-timeout=2", check=False, input="", timeout=10)
+    return out.stdout.strip()
+
+
+def pod_ips(result: dict) -> dict[int, str]:
+    out = {}
+    for ip in result.get("ips", []):
+        addr = ip["address"].split("/")[0]
+        out.setdefault(6 if ":" in addr else 4, addr)
+    return out
+
+
+def table(lab):
+    out = lab.run(lab.node, "nft", "-j", "list", "table", "inet", layout.TABLE, check=False)
+    if out.returncode != 0:
+        return layout.Snapshot()
+    return layout.Snapshot.from_json(json.loads(out.stdout)["nftables"])
+
+
+def test_traffic_v4_v6_localhost_hairpin_then_del(lab, node):
+    runtime, client = node
+    conf = bridge_conflist(lab)
+    pod = lab.netns("pod")
+    pms = [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
+           {"hostPort": 5353, "containerPort": 53, "protocol": "UDP"}]
+    att = Attachment("ctr-traffic", pod, "eth0", capability_args={"portMappings": pms})
+    result = runtime.add(conf, att)
+    ips = pod_ips(result)
+    assert set(ips) == {4, 6}
+    servers = [serve(lab, pod, 80, "tcp-pod"), serve(lab, pod, 53, "udp-pod", "UDP")]
+    try:
+        assert fetch(lab, client, NODE4, 8080) == "tcp-pod"
+        assert fetch(lab, client, NODE6, 8080) == "tcp-pod"
+        assert fetch(lab, client, NODE4, 5353, "UDP") == "udp-pod"
+        assert fetch(lab, client, NODE6, 5353, "UDP") == "udp-pod"
+        assert fetch(lab, lab.node, "127.0.0.1", 8080) == "tcp-pod"  # route_localnet + masquerade
+        assert lab.run(lab.node, "sysctl", "-n", "net.ipv4.conf.cni0.route_localnet").stdout.strip() == "1"
+        assert fetch(lab, pod, "10.77.0.1", 8080) == "tcp-pod"  # hairpin via the node
+        assert fetch(lab, pod, NODE4, 8080) == "tcp-pod"
+        runtime.check(conf, att)
+
+        # a non-local destination on the same port is routed, not intercepted (reference PR #1210)
+        other = lab.netns("other")
+        lab.wire(other, ["192.168.78.2/24"], ["192.168.78.1/24"], "oth")
+        lab.run(client, "ip", "route", "add", "192.168.78.0/24", "via", NODE4)
+        lab.run(other, "ip", "route", "add", "default", "via", "192.168.78.1")
+        srv_other = serve(lab, other, 8080, "the-real-host")
+        try:
+            assert fetch(lab, client, "192.168.78.2", 8080) == "the-real-host"
+        finally:
+            srv_other.kill()
+            srv_other.wait()
+
+        runtime.delete(conf, Attachment("ctr-traffic", pod, "eth0"))
+        assert fetch(lab, client, NODE4, 8080) == ""
+        assert fetch(lab, client, NODE6, 8080) == ""
+        assert fetch(lab, lab.node, "127.0.0.1", 8080) == ""
+        snap = table(lab)
+        assert snap.owners() == [] and snap.elements == {}
+    finally:
+        for s in servers:
+            s.kill()
+            s.wait()
+
+
+def test_host_ip_answers_only_on_that_address(lab, node):
+    runtime, client = node
+    lab.run(lab.node, "ip", "addr", "add", "192.168.77.10/24", "dev", f"n{lab.run_id}cli")
+    conf = bridge_conflist(lab, dual=False)
+    pod = lab.netns("pod")
+    att = Attachment("ctr-hostip", pod, "eth0", capability_args={"portMappings": [
+        {"hostPort": 8080, "containerPort": 80, "protocol": "tcp", "hostIP": "192.168.77.10"},
+        {"hostPort": 8081, "containerPort": 80, "protocol": "tcp", "hostIP": "0.0.0.0"}]})
+    runtime.add(conf, att)
+    srv = serve(lab, pod, 80, "hostip-pod")
+    try:
+        assert fetch(lab, client, "192.168.77.10", 8080) == "hostip-pod"
+        assert fetch(lab, client, NODE4, 8080) == ""
+        assert fetch(lab, client, NODE4, 8081) == "hostip-pod"  # 0.0.0.0 means any address
+        runtime.check(conf, att)
+    finally:
+        srv.kill()
+        srv.wait()
+    runtime.delete(conf, att)
+
+
+def _sctp_supported(lab) -> bool:
+    probe = "import socket; socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_SCTP)"
+    return lab.run(lab.node, "python3", "-c", probe, check=False).returncode == 0
+
+
+def test_sctp(lab, node):
+    if not _sctp_supported(lab):
+        pytest.skip("this kernel has no SCTP")
+    runtime, client = node
+    conf = bridge_conflist(lab, dual=False)
+    pod = lab.netns("pod")
+    att = Attachment("ctr-sctp", pod, "eth0", capability_args={"portMappings": [{"hostPort": 9999, "containerPort": 99, "protocol": "sctp"}]})
+    runtime.add(conf, att)
+    srv = serve(lab, pod, 99, "sctp-pod", "SCTP")
+    try:
+        assert fetch(lab, client, NODE4, 9999, "SCTP") == "sctp-pod"
+    finally:
+        srv.kill()
+        srv.wait()
+    runtime.delete(conf, att)
+
+
+def test_two_pods_share_a_host_port_and_dels_touch_only_their_own(lab, node):
+    """A sandbox recreated before the old one's DEL: both claim 8080; the older one serves until
+    its DEL, then the newer one takes over; neither DEL disturbs the other."""
+    runtime, client = node
+    conf = bridge_conflist(lab, dual=False)
+    pods = {}
+    servers = []
+    try:
+        for name in ("old", "new"):
+            ns = lab.netns(name)
+            att = Attachment(f"ctr-{name}", ns, "eth0", capability_args={"portMappings": [{"hostPort": 8080, "containerPort": 80}]})
+            runtime.add(conf, att)
+            pods[name] = att
+            servers.append(serve(lab, ns, 80, name))
+        bucket = layout.bucket_chain("any/4/tcp/8080")
+        assert table(lab).elements["any/4/tcp/8080"] == bucket
+        assert fetch(lab, client, NODE4, 8080) == "old"
+        runtime.check(conf, pods["old"])
+        runtime.check(conf, pods["new"])
+        runtime.delete(conf, pods["old"])
+        assert fetch(lab, client, NODE4, 8080) == "new"
+        snap = table(lab)
+        assert snap.elements["any/4/tcp/8080"].startswith("c-") and bucket not in snap.chains
+        runtime.check(conf, pods["new"])
+        runtime.delete(conf, pods["new"])
+        assert fetch(lab, client, NODE4, 8080) == ""
+        assert table(lab).chains.keys() <= {"prerouting", "output", "postrouting", "hostports"}
+    finally:
+        for s in servers:
+            s.kill()
+            s.wait()
+
+
+# -- plugin contract with synthetic prevResults (no pod needed for rules) ----------------------
+
+
+@pytest.fixture
+def routed(lab):
+    """Routes towards the synthetic pod addresses (10.66/16, fd66::/64) on a veth in the node (this kernel has no dummy driver)."""
+    lab.run(lab.node, "ip", "link", "add", "pmdummy", "type", "veth", "peer", "name", "pmdummy-peer")
+    lab.run(lab.node, "ip", "link", "set", "pmdummy-peer", "up")
+    lab.run(lab.node, "ip", "addr", "add", "10.66.255.254/16", "dev", "pmdummy")
+    lab.run(lab.node, "ip", "addr", "add", "fd66::ffff/64", "dev", "pmdummy", "nodad")
+    lab.run(lab.node, "ip", "link", "set", "pmdummy", "up")
+    return lab
+
+
+def run_plugin(lab, plugin_dir, command, conf, cid, netns="/var/run/netns/none", ifname="eth0"):
+    env = {"CNI_COMMAND": command, "CNI_CONTAINERID": cid, "CNI_NETNS": netns, "CNI_IFNAME": ifname,
+           "CNI_PATH": plugin_dir, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    proc = lab.run(lab.node, "env", "-i", *[f"{k}={v}" for k, v in env.items()], os.path.join(plugin_dir, "portmap"),
+                   check=False, input=json.dumps(conf))
+    out = json.loads(proc.stdout) if proc.stdout.strip() else None
+    return proc.returncode, out
+
+
+def synthetic_prev(i: int, version: str) -> dict:
+    base = {
+        "cniVersion": "1.1.0",
+        "interfaces": [{"name": "cni0"}, {"name": f"veth{i}"}, {"name": "eth0", "sandbox": f"/var/run/netns/p{i}"}],
+        "ips": [{"interface": 2, "address": f"10.66.{i // 250}.{i % 250 + 2}/16", "gateway": "10.66.0.1"},
+                {"interface": 2, "address": f"fd66::{i + 2:x}/64"}],
+        "routes": [{"dst": "0.0.0.0/0", "gw": "10.66.0.1"}],
+        "dns": {"nameservers": ["10.66.0.1"]},
+    }
+    return Result.from_dict(base, "1.1.0").to_dict(version)
+
+
+def pm_conf(version, prev=None, mappings=None, name="pmsyn", **extra):
+    conf = {"cniVersion": version, "name": name, "type": "portmap"}
+    if mappings is not None:
+        conf["runtimeConfig"] = {"portMappings": mappings}
+    if prev is not None:
+        conf["prevResult"] = prev
+    conf.update(extra)
+    return conf
+
+
+def test_contract_per_version(lab, plugin_dir, routed, cni_version):
+    prev = synthetic_prev(1, cni_version)
+    mappings = [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]
+    code, out = run_plugin(lab, plugin_dir, "ADD", pm_conf(cni_version, prev, mappings), "c-ver")
+    assert code == 0, out
+    assert out == prev  # passed through unchanged, in the config's version
+    owner = layout.owner_id("pmsyn", "c-ver")
+    assert owner in table(lab).owners()
+    if cni_version >= "0.4.0":
+        code, out = run_plugin(lab, plugin_dir, "CHECK", pm_conf(cni_version, prev, mappings), "c-ver")
+        assert code == 0 and out is None, out
+    # DEL without portMappings and without prevResult still removes the rules; CNI_NETNS gone
+    code, out = run_plugin(lab, plugin_dir, "DEL", pm_conf(cni_version), "c-ver", netns="/var/run/netns/gone-away")
+    assert code == 0, out
+    assert table(lab).owners() == []
+    code, out = run_plugin(lab, plugin_dir, "DEL", pm_conf(cni_version, prev, mappings), "c-ver", netns="")
+    assert code == 0, out
+    if cni_version >= "0.4.0":
+        code, out = run_plugin(lab, plugin_dir, "CHECK", pm_conf(cni_version, prev, mappings), "c-ver")
+        assert code == 1 and "missing hostport rules" in out["msg"]
+
+
+def test_readd_replaces_and_shared_ip_is_kept(lab, plugin_dir, routed):
+    prev = synthetic_prev(3, "1.0.0")
+    m1 = [{"hostPort": 8080, "containerPort": 80}]
+    m2 = [{"hostPort": 9090, "containerPort": 90}]
+    assert run_plugin(lab, plugin_dir, "ADD", pm_conf("1.0.0", prev, m1), "a")[0] == 0
+    assert run_plugin(lab, plugin_dir, "ADD", pm_conf("1.0.0", prev, m2), "a")[0] == 0  # no DEL between
+    assert run_plugin(lab, plugin_dir, "ADD", pm_conf("1.0.0", prev, m1), "b")[0] == 0  # same IP as a
+    snap = table(lab)
+    a, b = layout.owner_id("pmsyn", "a"), layout.owner_id("pmsyn", "b")
+    assert sorted(snap.keys(a)[0]) == ["any/4/tcp/9090", "any/6/tcp/9090"]
+    assert snap.elements["any/4/tcp/8080"] == f"c-{b}"
+    assert snap.elements["masq/10.66.0.5"] == layout.bucket_chain("masq/10.66.0.5")
+    assert run_plugin(lab, plugin_dir, "DEL", pm_conf("1.0.0"), "a")[0] == 0
+    snap = table(lab)
+    assert snap.owners() == [b]
+    assert snap.elements == {"any/4/tcp/8080": f"c-{b}", "any/6/tcp/8080": f"c-{b}",
+                             "masq/10.66.0.5": f"m-{b}", "masq/fd66::5": f"m-{b}"}
+    assert run_plugin(lab, plugin_dir, "CHECK", pm_conf("1.0.0", prev, m1), "b")[0] == 0
+
+
+def test_parallel_add_del_of_20_pods(lab, plugin_dir, routed):
+    """20 pods added in parallel (half of them sharing a host port), then 10 deleted while 5
+    more are added: exactly the survivors' mappings remain."""
+    def mappings(i):
+        return [{"hostPort": 7000 if i % 2 else 20000 + i, "containerPort": 80},
+                {"hostPort": 30000 + i, "containerPort": 53, "protocol": "udp"}]
+
+    errors = []
+
+    def op(cmd, i):
+        conf = pm_conf("1.0.0", synthetic_prev(i, "1.0.0"), mappings(i))
+        code, out = run_plugin(lab, plugin_dir, cmd, conf, f"par{i}")
+        if code != 0:
+            errors.append((cmd, i, out))
+
+    def run_all(ops):
+        threads = [threading.Thread(target=op, args=o) for o in ops]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+
+    run_all([("ADD", i) for i in range(20)])
+    assert not errors
+    run_all([("DEL", i) for i in range(10)] + [("ADD", i) for i in range(20, 25)])
+    assert not errors
+    snap = table(lab)
+    alive = list(range(10, 25))
+    assert sorted(snap.owners()) == sorted(layout.owner_id("pmsyn", f"par{i}") for i in alive)
+    expect_keys = set()
+    for i in alive:
+        for m in mappings(i):
+            for fam in (4, 6):
+                expect_keys.add(f"any/{fam}/{m.get('protocol', 'tcp')}/{m['hostPort']}")
+        expect_keys |= {f"masq/10.66.0.{i + 2}", f"masq/fd66::{i + 2:x}"}
+    assert set(snap.elements) == expect_keys
+    shared = snap.elements["any/4/tcp/7000"]
+    assert shared == layout.bucket_chain("any/4/tcp/7000")
+    jumps = [c for c in snap.comments[shared]]
+    assert sorted(jumps) == sorted(layout.owner_id("pmsyn", f"par{i}") for i in alive if i % 2)
+    # nothing else lingers: owner chains, masq chains, the two shared buckets and the base chains
+    expected_chains = {"prerouting", "output", "postrouting", "hostports", shared, layout.bucket_chain("any/6/tcp/7000")}
+    for i in alive:
+        o = layout.owner_id("pmsyn", f"par{i}")
+        expected_chains |= {f"c-{o}", f"m-{o}"}
+    assert set(snap.chains) == expected_chains
+
+
+def test_gc_removes_containers_not_listed(lab, plugin_dir, routed):
+    for i, cid in enumerate(("keep", "gone1", "gone2")):
+        conf = pm_conf("1.1.0", synthetic_prev(i, "1.1.0"), [{"hostPort": 8000 + i, "containerPort": 80}])
+        assert run_plugin(lab, plugin_dir, "ADD", conf, cid)[0] == 0
+    other = pm_conf("1.1.0", synthetic_prev(9, "1.1.0"), [{"hostPort": 8009, "containerPort": 80}], name="othernet")
+    assert run_plugin(lab, plugin_dir, "ADD", other, "gone1")[0] == 0
+    gc = pm_conf("1.1.0", **{"cni.dev/valid-attachments": [{"containerID": "keep", "ifname": "eth0"}]})
+    env = {"CNI_COMMAND": "GC", "CNI_PATH": plugin_dir}
+    proc = lab.run(lab.node, "env", "-i", *[f"{k}={v}" for k, v in env.items()], os.path.join(plugin_dir, "portmap"),
+                   check=False, input=json.dumps(gc))
+    assert proc.returncode == 0, proc.stdout
+    assert sorted(table(lab).owners()) == sorted([layout.owner_id("pmsyn", "keep"), layout.owner_id("othernet", "gone1")])
+
+
+def test_bad_conditions_leave_nothing_behind(lab, plugin_dir, routed):
+    conf = pm_conf("1.0.0", synthetic_prev(1, "1.0.0"), [{"hostPort": 8080, "containerPort": 80}],
+                   conditionsV4=["ip", "saddr", "not-an-address"])
+    code, out = run_plugin(lab, plugin_dir, "ADD", conf, "badcond")
+    assert code == 1 and "unable to set up nftables rules for port mappings" in out["msg"]
+    assert table(lab).owners() == []
+    good = pm_conf("1.0.0", synthetic_prev(1, "1.0.0"), [{"hostPort": 8080, "containerPort": 80}],
+                   conditionsV4=["ip", "saddr", "!=", "10.99.0.1"])
+    assert run_plugin(lab, plugin_dir, "ADD", good, "goodcond")[0] == 0
+
+
+def test_udp_conntrack_flushed_on_add(lab, node):
+    runtime, client = node
+    conf = bridge_conflist(lab, dual=False)
+    # conntrack runs in a namespace once some rule needs it (here: a test-owned table)
+    lab.run(lab.node, "nft", "add table ip pmtest; add chain ip pmtest c { type filter hook prerouting priority 0; }; add rule ip pmtest c ct state new accept")
+    # a client already talking to the port before the mapping exists leaves a conntrack entry
+    lab.run(client, "socat", "-T0.3", "-", f"UDP:{NODE4}:5454,sourceport=40000", check=False, input="early\n")
+    listed = lab.run(lab.node, "conntrack", "-L", "-p", "udp", "--dport", "5454", check=False)
+    assert "dport=5454" in listed.stdout
+    pod = lab.netns("pod")
+    att = Attachment("ctr-udp", pod, "eth0", capability_args={"portMappings": [{"hostPort": 5454, "containerPort": 53, "protocol": "udp"}]})
+    runtime.add(conf, att)
+    listed = lab.run(lab.node, "conntrack", "-L", "-p", "udp", "--dport", "5454", check=False)
+    assert "dport=5454" not in listed.stdout
+    runtime.delete(conf, att)
