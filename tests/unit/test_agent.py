@@ -337,3 +337,22 @@ def test_launcher_without_agent_behaves_exactly_like_before(tmp_path):
                               env=env, capture_output=True, timeout=60)
         outs.append((proc.returncode, proc.stdout, proc.stderr))
     assert outs[0] == outs[1] and outs[0][0] == 1
+
+
+def test_launcher_target_recognises_only_our_launchers(tmp_path):
+    installer.install(str(tmp_path / "a"), plugins=["host-local"], agent_socket="/run/x/agent.sock")
+    installer.install(str(tmp_path / "b"), plugins=["host-local"], agent_socket="")
+    assert agent_mod.launcher_target(str(tmp_path / "a" / "host-local")) == ("host-local", "/run/x/agent.sock")
+    assert agent_mod.launcher_target(str(tmp_path / "b" / "host-local")) is None  # never talks to an agent
+    other = tmp_path / "fake"
+    other.write_text("#!/bin/sh\ncode = forward('host-local', '/run/x/agent.sock')\n")
+    assert agent_mod.launcher_target(str(other)) is None  # not written by our installer
+    assert agent_mod.launcher_target(str(tmp_path / "missing")) is None
+
+
+def test_delegate_runner_keeps_exec_semantics_for_other_sockets(tmp_path):
+    installer.install(str(tmp_path), plugins=["host-local"], agent_socket="/run/other/agent.sock")
+    runner = agent_mod.DelegateRunner({"host-local": object()}, "/run/x/agent.sock", 5.0)
+    binary = str(tmp_path / "host-local")
+    assert runner(binary, {"CNI_COMMAND": "ADD"}, b"{}") is None  # would reach another agent: exec it
+    assert runner(binary, {"CNI_COMMAND": "ADD", shim.ENV_SOCKET: "off"}, b"{}") is None
