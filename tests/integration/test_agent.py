@@ -351,7 +351,8 @@ def test_non_root_clients_are_refused(open_setup):
     setup = open_setup
     with setup.agent() as agent:
         def as_nobody() -> str:
-            proc = subprocess.run([sys.executable, "-I", "-c", _NOBODY_CLIENT, setup.sock], user=65534, group=65534,
+            # the real interpreter: a venv inside a root-only checkout is not executable for uid 65534
+            proc = subprocess.run([os.path.realpath(sys.executable), "-I", "-c", _NOBODY_CLIENT, setup.sock], user=65534, group=65534,
                                   capture_output=True, text=True, timeout=30)
             return proc.stdout.strip() + proc.stderr.strip()
 
