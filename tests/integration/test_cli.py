@@ -71,3 +71,23 @@ def test_exec_reports_plugin_error_json(lab, plugin_dir, tmp_path):
                                  "--bin-dir", plugin_dir, "--cache-dir", str(tmp_path)], capture_output=True, text=True, env=_env())
     assert proc.returncode == 1
     assert 'failed to find plugin "missing-plugin"' in proc.stderr
+
+
+def test_demo_cleans_up_on_ctrl_c():
+    import signal
+    import time
+
+    before = leftover_namespaces("cnidemo")
+    proc = subprocess.Popen(CLI + ["demo"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
+    seen = []
+    deadline = time.monotonic() + 60
+    for line in proc.stdout:  # bounded by the deadline and the demo's own end
+        seen.append(line)
+        if line.startswith("== ADD pod1") or time.monotonic() > deadline:
+            break
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=60)
+    output = "".join(seen) + rest
+    assert proc.returncode == 130, output
+    assert "interrupted: cleaning up" in output and "cleaned up" in output
+    assert leftover_namespaces("cnidemo") == before
