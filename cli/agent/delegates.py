@@ -1,0 +1,94 @@
+"""IPAM delegates inside a worker: fork our own plugin instead of exec'ing its launcher.
+
+bridge delegates to host-local by exec'ing ``ipam.type`` from CNI_PATH.  When that binary is one of
+our launchers pointing at this very agent, an exec would start an interpreter only to come back
+through the socket and fork again.  :class:`DelegateRunner` recognises that case and forks the
+delegate from the (already warm) worker instead: the same isolation as an exec -- own process,
+own state, own limit -- with exec's observable results.  In every other case (a foreign binary, a
+launcher for another agent or none) it returns None and :mod:`cnichain.common.invoke` execs as
+usual, so the semantics never depend on the shortcut.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Optional
+
+from cnichain.cli.agent import worker
+from cnichain.cli.agent.protocol import read_result
+from cnichain.common import shim
+
+_LAUNCHER_FORWARD = re.compile(r"^code = forward\('([a-z0-9][a-z0-9._\-]*)', '([^'\\]*)'\)$", re.M)
+
+
+def launcher_target(binary: str) -> Optional[tuple[str, str]]:
+    """(plugin type, baked socket) when ``binary`` is a launcher written by our installer."""
+    try:
+        with open(binary, "rb") as fh:
+            head = fh.read(4096).decode("utf-8", "replace")
+    except OSError:
+        return None
+    from cnichain.cli.install import MARKER
+
+    if MARKER not in head:
+        return None
+    found = _LAUNCHER_FORWARD.search(head)
+    return (found.group(1), found.group(2)) if found else None
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+class DelegateRunner:
+    """Runs IPAM delegates that would exec one of our launchers -- and so come back to this very
+    agent -- in a forked process instead: the same isolation as an exec (own process, own state,
+    own limit), without interpreter start-up and a second round trip through the socket."""
+
+    def __init__(self, plugins: dict[str, Any], socket_path: str, limit: float) -> None:
+        self.plugins = plugins
+        self.socket_path = socket_path
+        self.limit = limit
+
+    def __call__(self, binary: str, env: dict, stdin: bytes) -> Optional[tuple[int, bytes, bytes]]:
+        target = launcher_target(binary)
+        if target is None or target[0] not in self.plugins:
+            return None
+        path = env.get(shim.ENV_SOCKET, target[1])
+        if path.lower() in shim.DISABLED or path != self.socket_path:
+            return None  # that exec would not reach this agent: keep the exec semantics exactly
+        plugin = self.plugins[target[0]]
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            status = worker.EXIT_FAILED
+            try:
+                os.close(r)
+                worker.arm_alarm(self.limit)
+                worker.reset_process_state(env)
+                _code, frame = worker.dispatch_captured(plugin, env, stdin)
+                view = memoryview(frame)
+                while view:
+                    view = view[os.write(w, view):]
+                status = worker.EXIT_OK
+            finally:
+                os._exit(status)
+        os.close(w)
+        try:
+            data = _read_all(r)
+        finally:
+            os.close(r)
+        _pid, status = os.waitpid(pid, 0)
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == worker.EXIT_OK:
+            answer = read_result(data)
+            if answer is not None:
+                return answer
+        # Like an exec'd plugin that died: no JSON, a non-zero status.
+        how = f"signal: {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit status {os.WEXITSTATUS(status)}"
+        return 1, b"", f"{target[0]} worker failed ({how})".encode()

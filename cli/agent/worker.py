@@ -1,0 +1,122 @@
+"""One request, run in a child forked for it: the same dispatch a cold exec runs, isolated like one.
+
+The child drops the agent's signal handlers and descriptors, enters the caller's namespaces, takes
+the request's environment, umask and a private stdout/stderr, runs
+:func:`cnichain.common.skel.dispatch` and writes the RESULT frame to the shim itself -- so the
+answer survives the agent being killed or restarted mid-request.  Its own alarm bounds any hang;
+the server adds a SIGKILL after a grace period in case the alarm is ignored or blocked.
+
+The exit status tells the server what happened without another channel: :data:`EXIT_OK` and
+:data:`EXIT_CNI_ERROR` mean the shim got the answer, :data:`EXIT_UNDELIVERED` that it could not
+be written, anything else (including death by a signal) that the server must answer for the
+worker.  :func:`outcome_of` turns a wait status into that verdict.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import sys
+from typing import Any, Optional
+
+from cnichain.cli.agent import peer, protocol
+
+EXIT_OK, EXIT_CNI_ERROR, EXIT_UNDELIVERED, EXIT_FAILED = 0, 1, 2, 3
+
+
+def arm_alarm(limit: float) -> None:
+    """SIGALRM after ``limit`` seconds (at least one), whose default action ends the process."""
+    signal.alarm(max(1, int(limit + 0.999)))
+
+
+def reset_process_state(env: dict) -> None:
+    """What a fresh exec would start with: the request's environment, no cached library handles."""
+    from cnichain.common import log as log_mod
+    from cnichain.common import nft as nft_mod
+
+    os.environ.clear()
+    os.environ.update(env)
+    nft_mod._nft = None  # a libnftables context belongs to the namespace it was made in
+    log_mod.log.__init__()  # type: ignore[misc]
+
+
+def dispatch_captured(plugin: Any, env: dict, stdin: bytes) -> tuple[int, bytes]:
+    """Run the skeleton's dispatch with private text streams: (exit code, RESULT frame).
+
+    ``sys.stdout``/``sys.stderr`` are replaced too, so a stray print in a plugin lands in the
+    answer (as it would in a cold exec's pipes) rather than in the agent's log.
+    """
+    from cnichain.common.skel import dispatch
+
+    out, err = io.StringIO(), io.StringIO()
+    sys.stdout, sys.stderr = out, err
+    code = dispatch(plugin, env, stdin, out, err)
+    return code, protocol.output_frame(code, out.getvalue(), err.getvalue())
+
+
+def _keep_only_fds(keep: set[int]) -> None:
+    """Close every descriptor but ``keep`` (and 0-2): the agent's listeners and other clients'
+    connections must not leak into a plugin, nor be held open by it after the agent exits."""
+    low = 3
+    for fd in sorted(keep | {0, 1, 2}):
+        if fd >= low:
+            os.closerange(low, fd)
+            low = fd + 1
+    os.closerange(low, 1 << 20)
+
+
+def run(conn: socket.socket, req: protocol.AgentRequest, plugin: Any, net_fd: int, mnt_fd: int, limit: float,
+        delegates: Optional[Any] = None) -> int:
+    """Run one request in this (forked) process and answer the shim; returns the exit status."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM, signal.SIGCHLD, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.set_wakeup_fd(-1)
+    arm_alarm(limit)  # default action: terminate; bounds any hang
+    _keep_only_fds({conn.fileno(), net_fd, mnt_fd})
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    peer.enter(net_fd, mnt_fd)
+    os.close(net_fd)
+    os.close(mnt_fd)
+    os.chdir("/")
+    os.umask(req.umask)
+    reset_process_state(req.env)
+
+    from cnichain.common import invoke
+
+    invoke.delegate_runner = delegates
+    code, frame = dispatch_captured(plugin, req.env, req.stdin)
+    try:
+        conn.settimeout(limit)
+        conn.sendall(frame)
+    except OSError:
+        return EXIT_UNDELIVERED
+    return EXIT_OK if code == 0 else EXIT_CNI_ERROR
+
+
+def outcome_of(status: int, killed: bool) -> tuple[int, str, str]:
+    """(exit code for the log, outcome label, how it died) from a worker's wait status.
+
+    Outcomes: "ok" and "error" (the shim has the plugin's answer), "undelivered" (the shim was gone),
+    "timeout" (the alarm fired, or the server had to kill it) and "crashed" (anything else; ``how``
+    says which signal or status).  The last two mean the server must answer in the worker's place.
+    """
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) in (EXIT_OK, EXIT_CNI_ERROR):
+        code = os.WEXITSTATUS(status)
+        return code, ("ok" if code == 0 else "error"), ""
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_UNDELIVERED:
+        return 1, "undelivered", ""
+    if killed or (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM):
+        return 1, "timeout", ""
+    how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"status {os.WEXITSTATUS(status)}"
+    return 1, "crashed", how
+
+
+def failure_message(req: protocol.AgentRequest, outcome: str, how: str, limit: float) -> str:
+    """The CNI error message the server sends for a worker that timed out or crashed."""
+    if outcome == "timeout":
+        return f"cnichain agent: {req.plugin_type} {req.command} did not finish within {limit:g}s"
+    return f"cnichain agent: {req.plugin_type} {req.command} worker failed ({how})"
