@@ -1,0 +1,95 @@
+"""The bench's numbers: percentiles, per-cell statistics, ratios, and the acceptance-target verdicts.
+
+Pure functions over plain lists and the summary dict.  Times go in as seconds and come out as
+milliseconds (``median_ms``, ``p95_ms``, ...), the unit every report uses; ratios are always
+ours / reference on medians, so below 1.0 means we are faster.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Optional
+
+# portmap, ours/reference: no slower on an empty node, at most half the time at the top growth level.
+PORTMAP_LIMITS = (1.0, 0.5)
+FLOOR_LIMIT = 2.5  # host-local and tuning (sysctls only): at most this many bare interpreter starts
+CHAIN_LIMIT = 4.0  # the whole chain, like for like, against the reference
+
+
+def pct(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, int(round(q / 100.0 * len(s) + 0.5)) - 1))
+    return s[k]
+
+
+def stats(values: list[float]) -> dict:
+    """n, median, p95, min and max in ms of samples in seconds ({"n": 0} when there are none)."""
+    if not values:
+        return {"n": 0}
+    return {"n": len(values), "median_ms": statistics.median(values) * 1000, "p95_ms": pct(values, 95) * 1000,
+            "min_ms": min(values) * 1000, "max_ms": max(values) * 1000}
+
+
+def ratio(ours: Optional[float], ref: Optional[float]) -> Optional[float]:
+    """ours / ref, or None when either is missing (or the reference is zero)."""
+    if ours is None or not ref:
+        return None
+    return ours / ref
+
+
+def median_ms(cell: Optional[dict]) -> Optional[float]:
+    """The median of a :func:`stats` cell, None for an empty or missing one."""
+    return cell.get("median_ms") if cell else None
+
+
+def median_ratio(ours: Optional[dict], ref: Optional[dict]) -> Optional[float]:
+    """The ratio of two cells' medians."""
+    return ratio(median_ms(ours), median_ms(ref))
+
+
+def targets(out: dict, ours: Optional[str]) -> list[dict]:
+    """The issue's acceptance targets, each with the measured value and whether it is met.
+
+    ``met`` is None when the value could not be measured.  A target is only stated for cells where
+    our own binary ran (not a reference stand-in), so a fallback can never "meet" one.
+    """
+    rows: list[dict] = []
+    if not ours:
+        return rows
+    floor = median_ms(out.get("floor", {}))
+
+    def add(name: str, value: Optional[float], limit: float, unit: str) -> None:
+        rows.append({"target": name, "value": value, "limit": limit, "unit": unit,
+                     "met": None if value is None else value <= limit})
+
+    g = out.get("growth", {})
+    levels = sorted({int(lvl) for pc in g.values() for lv in pc.values() for lvl in lv})
+
+    def real(cells: dict) -> bool:
+        return (cells.get(ours) or {}).get("impl") == "ours"
+
+    for c in ("ADD", "DEL"):
+        lv = {k: v for k, v in g.get("portmap", {}).get(c, {}).items() if real(v)}
+        if "0" in lv:
+            add(f"portmap {c} median, 0 pods: ours/reference", lv["0"].get("ratio"), PORTMAP_LIMITS[0], "x")
+        top = str(max(levels)) if levels else None
+        if top and top != "0" and top in lv:
+            add(f"portmap {c} median, {top} pods: ours/reference", lv[top].get("ratio"), PORTMAP_LIMITS[1], "x")
+    for c in ("ADD", "DEL"):
+        lv = {k: v for k, v in g.get("host-local", {}).get(c, {}).items() if real(v)}
+        if "0" in lv and floor:
+            add(f"host-local {c} median, 0 pods: ours/python floor", ratio(median_ms(lv["0"].get(ours, {})), floor),
+                FLOOR_LIMIT, "x")
+        tun = out.get("chain", {}).get("tuning", {}).get(c, {})
+        if ours in tun and floor and tun[ours].get("impl") == "ours":
+            add(f"tuning (sysctls only) {c} median: ours/python floor", ratio(median_ms(tun[ours]), floor),
+                FLOOR_LIMIT, "x")
+    r = out.get("chain_totals", {}).get("ratio", {})
+    if r:
+        add("chain ADD+DEL per pod median: ours/reference (like for like)", r.get("ADD+DEL"), CHAIN_LIMIT, "x")
+    return rows
+
+
+def verdict(met: Optional[bool]) -> str:
+    return "n/a" if met is None else ("met" if met else "MISSED")
