@@ -46,11 +46,11 @@ from cnichain.cli.bench.progress import Progress
 from cnichain.cli.bench.render import LABEL, render_table
 from cnichain.cli.bench.runner import main, run_bench, write_outputs
 from cnichain.cli.bench.session import Bench, Mode, Sample
-from cnichain.cli.bench.stats import pct, ratio, stats, targets
+from cnichain.cli.bench import stats  # the module (pct, stats, ratio, targets live there)
 from cnichain.cli.bench.summary import summarize
 
 __all__ = [
     "Bench", "DEFAULT_CONFLIST", "DEFAULT_REFERENCE_DIR", "LABEL", "MODES", "Mode", "Options", "PHASES", "Progress",
-    "Sample", "main", "options_from", "parse_args", "pct", "ratio", "render_table", "run_bench", "stats",
-    "start_warm_agent", "summarize", "targets", "warm_unavailable", "write_chart", "write_outputs",
+    "Sample", "main", "options_from", "parse_args", "render_table", "run_bench", "stats", "start_warm_agent",
+    "summarize", "warm_unavailable", "write_chart", "write_outputs",
 ]

@@ -7,6 +7,7 @@ ours / reference on medians, so below 1.0 means we are faster.
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Optional
 
@@ -17,10 +18,11 @@ CHAIN_LIMIT = 4.0  # the whole chain, like for like, against the reference
 
 
 def pct(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
+    """Nearest-rank percentile (q in 0..100) of a non-empty list: the smallest value with at least
+    q% of the values at or below it (rank ceil(q/100 * n), at least 1)."""
     s = sorted(values)
-    k = max(0, min(len(s) - 1, int(round(q / 100.0 * len(s) + 0.5)) - 1))
-    return s[k]
+    rank = max(1, math.ceil(q * len(s) / 100.0))
+    return s[min(rank, len(s)) - 1]
 
 
 def stats(values: list[float]) -> dict:

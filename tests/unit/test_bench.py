@@ -1,0 +1,227 @@
+"""The bench's pure parts: statistics, target verdicts, the summary document, the table, options,
+output files and the chart -- on synthetic samples, so no namespace, plugin or root is needed."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from cnichain.cli import bench
+from cnichain.cli.bench import stats as st
+from cnichain.cli.bench.session import Sample
+from cnichain.cli.bench.summary import ours_mode, summarize
+
+# -- statistics ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("q,expected", [(0, 1), (50, 5), (51, 6), (90, 9), (95, 10), (100, 10)])
+def test_pct_is_nearest_rank(q, expected):
+    assert st.pct([float(v) for v in range(10, 0, -1)], q) == expected
+
+
+@pytest.mark.parametrize("n", [1, 2, 8, 10, 19, 20, 30, 100])
+def test_p95_is_never_a_rank_too_high(n):
+    """ceil(0.95 n): with 20 samples p95 is the 19th, not the maximum (rounding half to even once
+    made some sample counts report the maximum)."""
+    values = [float(v) for v in range(1, n + 1)]
+    assert st.pct(values, 95) == -(-95 * n // 100)
+
+
+def test_stats_in_ms_and_empty():
+    assert st.stats([]) == {"n": 0}
+    cell = st.stats([0.001, 0.002, 0.003, 0.010])
+    assert cell["n"] == 4 and cell["median_ms"] == pytest.approx(2.5) and cell["p95_ms"] == pytest.approx(10)
+    assert cell["min_ms"] == pytest.approx(1) and cell["max_ms"] == pytest.approx(10)
+
+
+def test_ratios_are_none_when_a_side_is_missing():
+    assert st.ratio(2.0, 4.0) == 0.5
+    assert st.ratio(None, 4.0) is None and st.ratio(2.0, None) is None and st.ratio(2.0, 0.0) is None
+    assert st.median_ratio({"median_ms": 3.0}, {"median_ms": 6.0}) == 0.5
+    assert st.median_ratio({}, {"median_ms": 6.0}) is None and st.median_ratio({"n": 0}, None) is None
+
+
+def _cell(ms: float, impl: str = "ours") -> dict:
+    return {"n": 3, "median_ms": ms, "p95_ms": ms * 1.5, "impl": impl}
+
+
+def _targets_input(portmap_impl: str = "ours") -> dict:
+    def growth(ours_ms: float, ref_ms: float) -> dict:
+        return {"cold": _cell(ours_ms, portmap_impl), "reference": _cell(ref_ms, "reference"), "ratio": ours_ms / ref_ms}
+
+    return {
+        "floor": {"n": 5, "median_ms": 10.0},
+        "growth": {
+            "portmap": {"ADD": {"0": growth(8, 10), "1000": growth(8, 10)}, "DEL": {"0": growth(12, 10)}},
+            "host-local": {"ADD": {"0": {"cold": _cell(20)}}, "DEL": {"0": {"cold": _cell(30)}}},
+        },
+        "chain": {"tuning": {"ADD": {"cold": _cell(24)}}},
+        "chain_totals": {"ratio": {"ADD+DEL": 3.0}},
+    }
+
+
+def test_target_verdicts():
+    rows = {r["target"]: r for r in st.targets(_targets_input(), "cold")}
+    assert rows["portmap ADD median, 0 pods: ours/reference"]["met"] is True
+    assert rows["portmap ADD median, 1000 pods: ours/reference"]["met"] is False  # 0.8 > 0.5
+    assert rows["portmap DEL median, 0 pods: ours/reference"]["met"] is False  # 1.2 > 1.0
+    assert rows["host-local ADD median, 0 pods: ours/python floor"]["value"] == pytest.approx(2.0)
+    assert rows["host-local DEL median, 0 pods: ours/python floor"]["met"] is False  # 3.0 > 2.5
+    assert rows["tuning (sysctls only) ADD median: ours/python floor"]["met"] is True
+    assert rows["chain ADD+DEL per pod median: ours/reference (like for like)"]["met"] is True
+    assert [st.verdict(v) for v in (None, True, False)] == ["n/a", "met", "MISSED"]
+
+
+def test_targets_never_count_a_reference_stand_in_and_need_an_ours_mode():
+    rows = st.targets(_targets_input(portmap_impl="reference"), "cold")
+    assert not [r for r in rows if r["target"].startswith("portmap")]
+    assert st.targets(_targets_input(), None) == []
+
+
+# -- the summary document -----------------------------------------------------------------------------
+
+
+def _mode(name: str, provenance: dict) -> SimpleNamespace:
+    return SimpleNamespace(name=name, bin_dirs=[f"/{name}"], provenance=provenance, skipped={})
+
+
+def _fake_bench() -> SimpleNamespace:
+    ours = {"bridge": "ours", "host-local": "ours", "portmap": "reference", "route-override": "ours"}
+    ref = {"bridge": "reference", "host-local": "reference", "portmap": "reference"}
+    samples = [Sample("python", "floor", "python -I -S -c pass", "START", s, 0) for s in (0.010, 0.012, 0.011)]
+    for mode, scale in (("cold", 2.0), ("reference", 1.0)):
+        samples.append(Sample(mode, "floor", "bridge", "VERSION", 0.005 * scale, 0))
+        for pod in range(2):
+            samples.append(Sample(mode, "chain", "bridge", "ADD", 0.010 * scale, 0))
+            samples.append(Sample(mode, "chain", "bridge", "DEL", 0.008 * scale, 0))
+        samples.append(Sample(mode, "growth", "portmap", "ADD", 0.004 * scale, 0, present=100))
+    samples.append(Sample("cold", "chain", "route-override", "ADD", 0.003, 0))
+    samples.append(Sample("cold", "chain", "bridge", "ADD", 9.0, 1))  # failed: left out
+    totals = []
+    for mode, scale in (("cold", 2.0), ("reference", 1.0)):
+        for pod in range(2):
+            plugins = {"bridge": 0.010 * scale} | ({"route-override": 0.003} if mode == "cold" else {})
+            totals.append({"mode": mode, "pod": pod, "command": "ADD", "ok": True,
+                           "seconds": sum(plugins.values()), "plugins": plugins})
+            totals.append({"mode": mode, "pod": pod, "command": "DEL", "ok": True,
+                           "seconds": 0.008 * scale, "plugins": {"bridge": 0.008 * scale}})
+    totals.append({"mode": "cold", "pod": 9, "command": "ADD", "ok": False, "seconds": 5.0, "plugins": {"bridge": 5.0}})
+    parallel = [{"mode": m, "round": 0, "command": c, "pods": 2, "wall_seconds": w, "failed": 0}
+                for m, w in (("cold", 0.2), ("reference", 0.1)) for c in ("ADD", "DEL")]
+    parallel.append({"mode": "cold", "round": 1, "command": "ADD", "pods": 2, "wall_seconds": 99.0, "failed": 1})
+    return SimpleNamespace(
+        samples=samples, modes={"cold": _mode("cold", ours), "reference": _mode("reference", ref)},
+        o=bench.Options(pods=2, parallel=2), notes=["a note"], errors=[], chain_totals=totals, parallel=parallel,
+        loadavg=[(0.1, 0.1, 0.1), (0.2, 0.2, 0.2)],
+    )
+
+
+@pytest.fixture
+def summary() -> dict:
+    return summarize(_fake_bench(), 12.5)
+
+
+def test_summary_reduces_samples_per_plugin_command_and_mode(summary):
+    assert summary["schema"] == "cnichain-bench/1" and summary["elapsed_seconds"] == 12.5
+    assert summary["floor"]["n"] == 3 and summary["floor"]["median_ms"] == pytest.approx(11)
+    bridge_add = summary["chain"]["bridge"]["ADD"]
+    assert bridge_add["cold"]["n"] == 2 and bridge_add["cold"]["median_ms"] == pytest.approx(20)  # failure left out
+    assert bridge_add["cold"]["impl"] == "ours" and bridge_add["reference"]["impl"] == "reference"
+    assert bridge_add["ratio"] == pytest.approx(2.0)
+    assert set(summary["chain"]["route-override"]["ADD"]) == {"cold"}  # no reference: no ratio
+    assert summary["version"]["bridge"]["cold"]["median_ms"] == pytest.approx(10)
+    grow = summary["growth"]["portmap"]["ADD"]["100"]
+    assert grow["cold"]["impl"] == "reference" and grow["ratio"] == pytest.approx(2.0)
+    assert summary["options"]["modes"] == ["cold", "reference"]  # tuples become lists for JSON
+    json.dumps(summary)
+
+
+def test_summary_chain_totals_compare_like_for_like(summary):
+    tot = summary["chain_totals"]
+    assert tot["cold"]["all"]["ADD"]["median_ms"] == pytest.approx(23)  # with route-override
+    assert tot["cold"]["like_for_like"]["ADD"]["median_ms"] == pytest.approx(20)  # without
+    assert tot["cold"]["all"]["ADD"]["n"] == 2  # the failed pod is left out
+    assert tot["cold"]["all"]["ADD+DEL"]["median_ms"] == pytest.approx(39)
+    assert tot["ratio"]["ADD"] == pytest.approx(2.0) and tot["ratio"]["DEL"] == pytest.approx(2.0)
+    assert "ratio_warm" not in tot
+
+
+def test_summary_parallel_leaves_out_failed_batches(summary):
+    par = summary["parallel"]
+    assert par["cold"]["ADD"]["n"] == 1 and par["cold"]["ADD"]["median_ms"] == pytest.approx(200)
+    assert par["ratio"] == {"ADD": pytest.approx(2.0), "DEL": pytest.approx(2.0)}
+    assert summary["parallel_pods"] == 2
+
+
+@pytest.mark.parametrize("modes,expected", [(["cold", "reference"], "cold"), (["warm", "reference"], "warm"),
+                                            (["reference"], None), ([], None), (["reference", "warm"], None)])
+def test_ours_mode(modes, expected):
+    assert ours_mode(modes) == expected
+
+
+# -- the table ---------------------------------------------------------------------------------------
+
+
+def test_table_side_by_side(summary):
+    text = bench.render_table(summary)
+    assert text.startswith("cnichain bench  ")
+    assert "interpreter floor (python -I -S -c pass): median 11.0 ms" in text
+    assert "mode cold: bridge, host-local, portmap, route-override  (reference fallback: portmap)" in text
+    assert "ours med" in text and "ref p95" in text and "ours/ref" in text
+    assert "2.00x" in text
+    assert "portmap ADD @100 [ref binary]" in text
+    assert "note: a note" in text
+    assert "targets" in text and "chain ADD+DEL per pod median" in text
+
+
+def test_table_ours_alone_and_errors():
+    fake = _fake_bench()
+    del fake.modes["reference"]
+    fake.samples = [s for s in fake.samples if s.mode != "reference"]
+    fake.errors = [{"phase": "chain", "mode": "cold", "what": "pod 1 ADD", "error": "boom"}]
+    text = bench.render_table(summarize(fake, 1.0))
+    assert "ours/ref" not in text and "ref med" not in text
+    assert text.splitlines()[-1] == "errors: 1 (first: cold pod 1 ADD: boom)"
+
+
+# -- options ---------------------------------------------------------------------------------------------
+
+
+def test_bad_options_are_refused():
+    with pytest.raises(ValueError, match="unknown mode"):
+        bench.options_from(1, 0, 1, "", 1, 1, "cold,hot", "/usr/lib/cni", "", "/tmp", "chain", True, False, True)
+    with pytest.raises(ValueError, match="unknown phase"):
+        bench.options_from(1, 0, 1, "", 1, 1, "cold", "/usr/lib/cni", "", "/tmp", "chain,nap", True, False, True)
+    with pytest.raises(ValueError, match="at least 1"):
+        bench.options_from(0, 0, 1, "", 1, 1, "cold", "/usr/lib/cni", "", "/tmp", "chain", True, False, True)
+    assert bench.main(["--modes", "nope"]) == 2
+
+
+def test_phases_with_nothing_to_do_are_dropped():
+    o = bench.parse_args(["--parallel", "0", "--growth", "", "--parallel-rounds", "0", "--no-chart"])
+    assert o.phases == ("floor", "chain") and o.parallel_rounds == 1 and o.chart is False
+    assert bench.parse_args([]) == bench.Options()
+
+
+# -- files and chart --------------------------------------------------------------------------------------
+
+
+def test_write_outputs_json_and_table(summary, tmp_path):
+    files = bench.write_outputs(summary, bench.Options(output_dir=str(tmp_path / "out"), chart=False))
+    assert set(files) == {"json", "table"}
+    with open(files["json"]) as fh:
+        assert json.load(fh)["chain"]["bridge"]["ADD"]["ratio"] == pytest.approx(2.0)
+    assert open(files["table"]).read() == bench.render_table(summary) + "\n"
+
+
+def test_chart_is_a_png_or_says_why_not(summary, tmp_path):
+    assert bench.write_chart({"when": "now"}, str(tmp_path / "none.png")) in (
+        "no growth data", "matplotlib is not installed (pip install 'cnichain[bench]')")
+    path = tmp_path / "g.png"
+    why = bench.write_chart(summary, str(path))
+    if why is None:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    else:
+        assert "matplotlib" in why
