@@ -42,6 +42,12 @@ def kind(value: Any) -> str:
     return "object"
 
 
+def overlay(current: Any, value: Any) -> Any:
+    """A second object decoded over an already filled struct (``args.cni`` over the plugin's own
+    keys): a field that is absent or ``null`` there keeps the value it had."""
+    return current if value is None else value
+
+
 def type_error(value: Any, where: str, go_type: str, prefix: str = "") -> CniError:
     return plugin_error(f"{prefix}json: cannot unmarshal {kind(value)} into Go struct field {where} of type {go_type}")
 

@@ -16,6 +16,7 @@ import time
 from . import version as versions
 from .errors import CniError, Code
 from .log import log
+from .record import FrozenRecord, Record
 from .types import Result
 
 TYPE_CHECKING = False
@@ -36,7 +37,7 @@ _MIN_VERSION = {"CHECK": "0.4.0", "GC": "1.1.0", "STATUS": "1.1.0"}
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
 
 
-class Request:
+class Request(Record):
     """One parsed plugin invocation: the CNI_* environment plus the decoded network config."""
 
     _fields = ("command", "container_id", "netns", "ifname", "args", "path", "stdin", "conf", "env")
@@ -65,15 +66,10 @@ class Request:
         self.env = {} if env is None else env
         self._prev = _prev
 
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return all(getattr(self, f) == getattr(other, f) for f in self._fields + ("_prev",))
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return "Request(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields) + ")"
+    def _values(self) -> tuple:
+        # The decoded prevResult cache takes part in ==, as it did as a dataclass field, but is
+        # left out of repr (it repeats conf["prevResult"]).
+        return super()._values() + (self._prev,)
 
     @property
     def cni_version(self) -> str:
@@ -137,14 +133,15 @@ def parse_prev_result(raw: Any, conf_version: str) -> Result:
         raise CniError(exc.code, f"could not parse prevResult: {exc.msg}", exc.details) from None
 
 
-class Plugin:
+class Plugin(FrozenRecord):
     """A plugin is a name, its supported versions and one plain function per command.
 
-    Immutable and hashable, as the frozen dataclass it replaces (see :mod:`.types` for why not
+    Immutable and hashable, as the frozen dataclass it replaces (see :mod:`.record` for why not
     ``dataclasses``).
     """
 
     __slots__ = ("name", "add", "delete", "check", "gc", "status", "versions", "about")
+    _fields = __slots__
 
     def __init__(
         self,
@@ -157,29 +154,7 @@ class Plugin:
         versions: tuple[str, ...] = versions.ALL,
         about: str = "",
     ) -> None:
-        for key, value in (("name", name), ("add", add), ("delete", delete), ("check", check), ("gc", gc),
-                           ("status", status), ("versions", versions), ("about", about)):
-            object.__setattr__(self, key, value)
-
-    def __setattr__(self, key: str, value: object) -> None:
-        raise AttributeError(f"cannot assign to field {key!r}: Plugin is immutable")
-
-    def __delattr__(self, key: str) -> None:
-        raise AttributeError(f"cannot delete field {key!r}: Plugin is immutable")
-
-    def _key(self) -> tuple:
-        return tuple(getattr(self, f) for f in self.__slots__)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._key() == other._key()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        return "Plugin(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in self.__slots__) + ")"
+        self._assign(name, add, delete, check, gc, status, versions, about)
 
     def handler(self, command: str) -> Optional[Handler]:
         return {

@@ -8,6 +8,7 @@ supported version, so a ``prevResult`` written as 0.2.0 or 1.1.0 comes in as the
 from __future__ import annotations
 
 from .errors import CniError, Code
+from .record import Record
 from .version import ALL, parse as parse_version
 
 TYPE_CHECKING = False
@@ -15,35 +16,12 @@ if TYPE_CHECKING:  # annotations only: importing typing costs milliseconds on ev
     from typing import Any
 
 
-class _Record:
-    """Field-wise ``==`` and ``repr`` for the result classes, as ``@dataclass`` would generate.
-
-    Written out by hand because ``import dataclasses`` (it pulls in ``inspect``) costs ~6 ms, a
-    third of a lean plugin's whole exec.  Like a non-frozen dataclass the records are mutable and
-    unhashable.
-    """
-
-    __slots__ = ()
-    _fields: tuple[str, ...] = ()
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return all(getattr(self, f) == getattr(other, f) for f in self._fields)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
-        return f"{type(self).__qualname__}({inner})"
-
-
 def ip_family(address: str) -> int:
     """4 or 6, judged from an address or CIDR string without importing ipaddress."""
     return 6 if ":" in address else 4
 
 
-class Interface(_Record):
+class Interface(Record):
     _fields = ("name", "mac", "sandbox", "mtu", "socket_path", "pci_id")
 
     def __init__(
@@ -86,7 +64,7 @@ class Interface(_Record):
         return out
 
 
-class IPConfig(_Record):
+class IPConfig(Record):
     _fields = ("address", "gateway", "interface")
 
     def __init__(self, address: str, gateway: str = "", interface: int | None = None) -> None:
@@ -121,7 +99,7 @@ class IPConfig(_Record):
         return out
 
 
-class Route(_Record):
+class Route(Record):
     _fields = ("dst", "gw", "mtu", "advmss", "priority", "table", "scope")
 
     def __init__(
@@ -172,7 +150,7 @@ class Route(_Record):
         return out
 
 
-class DNS(_Record):
+class DNS(Record):
     _fields = ("nameservers", "domain", "search", "options")
 
     def __init__(
@@ -216,7 +194,7 @@ class DNS(_Record):
         return out
 
 
-class Result(_Record):
+class Result(Record):
     """A CNI result held in the 1.x shape, whatever version it was read from."""
 
     _fields = ("cni_version", "interfaces", "ips", "routes", "dns")

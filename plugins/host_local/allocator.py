@@ -7,36 +7,42 @@ files.  The caller holds the store lock around :func:`allocate`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterator, Optional, Protocol, Sequence
-
 from cnichain.common.errors import CniError, plugin_error
+from cnichain.common.record import FrozenRecord
 
-from .config import IP, IpamConfig, Range, RangeSet, canonical_ip
+from .config import canonical_ip
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every host-local exec
+    from typing import Iterator, Optional, Protocol, Sequence
+
+    from .config import IP, IpamConfig, Range, RangeSet
+
+    class Store(Protocol):
+        """The reservation operations allocation needs (mirrors the reference's backend.Store)."""
+
+        def reserve(self, container_id: str, ifname: str, ip: IP, range_id: str) -> bool:
+            """Claim ``ip``; False if somebody holds it."""
+
+        def last_reserved_ip(self, range_id: str) -> Optional[IP]:
+            """The address last handed out from range set ``range_id``, if known."""
+
+        def get_by_id(self, container_id: str, ifname: str) -> list[IP]:
+            """Addresses held by this attachment (legacy id-only reservations included)."""
+
+        def release_ip(self, ip: IP, container_id: str, ifname: str) -> None:
+            """Undo one reservation this call made (used to roll back a failed ADD)."""
 
 
-class Store(Protocol):
-    """The reservation operations allocation needs (mirrors the reference's backend.Store)."""
-
-    def reserve(self, container_id: str, ifname: str, ip: IP, range_id: str) -> bool:
-        """Claim ``ip``; False if somebody holds it."""
-
-    def last_reserved_ip(self, range_id: str) -> Optional[IP]:
-        """The address last handed out from range set ``range_id``, if known."""
-
-    def get_by_id(self, container_id: str, ifname: str) -> list[IP]:
-        """Addresses held by this attachment (legacy id-only reservations included)."""
-
-    def release_ip(self, ip: IP, container_id: str, ifname: str) -> None:
-        """Undo one reservation this call made (used to roll back a failed ADD)."""
-
-
-@dataclass(frozen=True)
-class Allocation:
+class Allocation(FrozenRecord):
     """One allocated address with the range it came from."""
 
+    __slots__ = _fields = ("ip", "range")
     ip: IP
     range: Range
+
+    def __init__(self, ip: IP, range: Range) -> None:  # noqa: A002 - the reference's field name
+        self._assign(ip, range)
 
     @property
     def cidr(self) -> str:

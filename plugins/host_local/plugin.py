@@ -7,9 +7,6 @@ the runtime no longer knows (leaks after reboots or lost DELs), STATUS reports a
 
 from __future__ import annotations
 
-from functools import wraps
-from typing import Callable, Optional
-
 from cnichain.common.errors import CniError, Code, plugin_error
 from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import DNS, IPConfig, Result
@@ -19,22 +16,41 @@ from .config import IpamConfig, load_ipam_config
 from .dns import parse_resolv_conf
 from .store import DiskStore
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec
+    from typing import Callable, Optional
+
 
 def _os_errors(fn: Callable[[Request], Optional[Result]]) -> Callable[[Request], Optional[Result]]:
     """File system failures become the reference's plain ``op path: reason`` errors (code 999)."""
 
-    @wraps(fn)
     def wrapper(req: Request) -> Optional[Result]:
         try:
             return fn(req)
         except OSError as exc:
             raise plugin_error(os_error_text(exc)) from None
 
+    # What functools.wraps would copy, without importing functools for it.
+    wrapper.__name__, wrapper.__qualname__, wrapper.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    wrapper.__module__, wrapper.__wrapped__ = fn.__module__, fn  # type: ignore[attr-defined]
     return wrapper
 
 
 def _load(req: Request) -> IpamConfig:
     return load_ipam_config(req.conf, req.args)
+
+
+def _remove_locked(req: Request, remove: Callable[[IpamConfig, DiskStore], list[str]]) -> None:
+    """DEL and GC: ``remove`` reservations under the network's lock, if the network has a store
+    at all (a missing one is nothing to do); any file that could not be deleted fails the call."""
+    cfg = _load(req)
+    store = DiskStore(cfg.data_dir, cfg.name)
+    errors: list[str] = []
+    with store.locked(create=False) as held:
+        if held:
+            errors = remove(cfg, store)
+    if errors:
+        raise plugin_error(";".join(errors))
 
 
 @_os_errors
@@ -54,17 +70,12 @@ def cmd_add(req: Request) -> Result:
 
 @_os_errors
 def cmd_del(req: Request) -> None:
-    cfg = _load(req)
-    store = DiskStore(cfg.data_dir, cfg.name)
-    errors: list[str] = []
-    with store.locked(create=False) as held:
-        if held:
-            # One release per range set, like the reference (the second pass is what catches
-            # legacy id-only files left next to new-format ones).
-            for _ in cfg.ranges:
-                errors.extend(store.release_by_id(req.container_id, req.ifname))
-    if errors:
-        raise plugin_error(";".join(errors))
+    def release(cfg: IpamConfig, store: DiskStore) -> list[str]:
+        # One release per range set, like the reference (the second pass is what catches legacy
+        # id-only files left next to new-format ones).
+        return [err for _ in cfg.ranges for err in store.release_by_id(req.container_id, req.ifname)]
+
+    _remove_locked(req, release)
     return None
 
 
@@ -81,14 +92,7 @@ def cmd_check(req: Request) -> None:
 
 @_os_errors
 def cmd_gc(req: Request) -> None:
-    cfg = _load(req)
-    store = DiskStore(cfg.data_dir, cfg.name)
-    errors: list[str] = []
-    with store.locked(create=False) as held:
-        if held:
-            errors = store.gc(set(req.valid_attachments()))
-    if errors:
-        raise plugin_error(";".join(errors))
+    _remove_locked(req, lambda cfg, store: store.gc(set(req.valid_attachments())))
     return None
 
 

@@ -19,29 +19,35 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Iterator, Optional
 
 from cnichain.common.errors import plugin_error
+from cnichain.common.record import FrozenRecord
+from cnichain.common.skel import NAME_RE as _NAME_RE
 
-from .config import IP, RangeSet, parse_ip
+from .config import parse_ip
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every host-local exec
+    from typing import Optional
+
+    from .config import IP, RangeSet
 
 LINE_BREAK = "\r\n"
 LAST_IP_PREFIX = "last_reserved_ip."
 LOCK_NAME = "lock"
 TEMP_PREFIX = ".cnichain-tmp-"
-_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
 _FILE_MODE = 0o600
 
 
-@dataclass(frozen=True)
-class Owner:
+class Owner(FrozenRecord):
     """Who holds a reservation, as read from its file."""
 
+    __slots__ = _fields = ("container_id", "ifname")
     container_id: str
     ifname: Optional[str]  # None for the legacy id-only format
+
+    def __init__(self, container_id: str, ifname: Optional[str]) -> None:
+        self._assign(container_id, ifname)
 
     @classmethod
     def parse(cls, data: bytes) -> Optional["Owner"]:
@@ -61,11 +67,16 @@ class Owner:
         return self.ifname is None and self.container_id == container_id.strip()
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(FrozenRecord):
+    """One reservation file: its name, the address it reserves and who holds it (None: stale)."""
+
+    __slots__ = _fields = ("name", "ip", "owner")
     name: str
     ip: IP
     owner: Optional[Owner]
+
+    def __init__(self, name: str, ip: IP, owner: Optional[Owner]) -> None:
+        self._assign(name, ip, owner)
 
 
 class DiskStore:
@@ -77,21 +88,10 @@ class DiskStore:
         self.dir = os.path.join(data_dir, network)
 
     # -- locking ------------------------------------------------------------------------------
-    @contextmanager
-    def locked(self, create: bool = True) -> Iterator[bool]:
-        """Hold the network's flock; yields False (unlocked) if the dir is absent and not created."""
-        if create:
-            os.makedirs(self.dir, 0o755, exist_ok=True)
-        elif not os.path.isdir(self.dir):
-            yield False
-            return
-        fd = os.open(self._path(LOCK_NAME), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            self._remove_temp_files()
-            yield True
-        finally:
-            os.close(fd)  # closing drops the flock
+    def locked(self, create: bool = True) -> _Locked:
+        """Hold the network's flock; ``with`` gives False (unlocked) if the dir is absent and not
+        created, True once the lock is held."""
+        return _Locked(self, create)
 
     # -- allocation ---------------------------------------------------------------------------
     def reserve(self, container_id: str, ifname: str, ip: IP, range_id: str) -> bool:
@@ -161,14 +161,9 @@ class DiskStore:
         targets = [e for e in entries if e.owner and e.owner.matches(container_id, ifname)]
         if not targets:
             targets = [e for e in entries if e.owner and e.owner.matches_legacy(container_id)]
-        errors = []
+        errors: list[str] = []
         for e in targets:
-            try:
-                os.unlink(self._path(e.name))
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                errors.append(_go_os_error("remove", self._path(e.name), exc))
+            self._remove(e, errors)
         return errors
 
     def find_by_id(self, container_id: str, ifname: str) -> bool:
@@ -180,7 +175,7 @@ class DiskStore:
     def gc(self, valid: set[tuple[str, str]]) -> list[str]:
         """Delete every reservation not owned by a valid attachment; return error texts."""
         valid_ids = {cid for cid, _ in valid}
-        errors = []
+        errors: list[str] = []
         for e in self.entries():
             o = e.owner
             if o is not None and (
@@ -188,13 +183,18 @@ class DiskStore:
                 or (o.ifname is None and o.container_id in valid_ids)
             ):
                 continue
-            try:
-                os.unlink(self._path(e.name))
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                errors.append(_go_os_error("remove", self._path(e.name), exc))
+            self._remove(e, errors)
         return errors
+
+    def _remove(self, entry: Entry, errors: list[str]) -> None:
+        """Delete a reservation file; a failure other than "already gone" is added to ``errors``."""
+        path = self._path(entry.name)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            errors.append(_go_os_error("remove", path, exc))
 
     def has_free(self, rangeset: RangeSet) -> bool:
         """Whether at least one address of the set is neither reserved nor a gateway."""
@@ -279,6 +279,43 @@ class DiskStore:
         for name in names:
             if name.startswith(TEMP_PREFIX):
                 _unlink_quiet(self._path(name))
+
+
+class _Locked:
+    """The context of :meth:`DiskStore.locked`.
+
+    A small class rather than a ``contextlib`` generator, which costs an import on every exec
+    (see :mod:`cnichain.common.netns` for the same choice).
+    """
+
+    __slots__ = ("store", "create", "fd")
+
+    def __init__(self, store: DiskStore, create: bool) -> None:
+        self.store = store
+        self.create = create
+        self.fd = -1
+
+    def __enter__(self) -> bool:
+        store = self.store
+        if self.create:
+            os.makedirs(store.dir, 0o755, exist_ok=True)
+        elif not os.path.isdir(store.dir):
+            return False
+        fd = os.open(store._path(LOCK_NAME), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            store._remove_temp_files()
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+        return True
+
+    def __exit__(self, *exc_info: object) -> bool:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)  # closing drops the flock
+        return False
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -8,13 +8,16 @@ and imports pyroute2 only when there are UDP mappings, exactly when the referenc
 from __future__ import annotations
 
 import ipaddress
-import socket
-from typing import Optional
 
 from cnichain.common import sysctl
 from cnichain.common.errors import plugin_error
 from cnichain.common.log import log
-from cnichain.common.types import Result
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from typing import Optional
+
+    from cnichain.common.types import Result
 
 
 def route_interface(container_ip: str, route_table: str = "/proc/thread-self/net/route") -> Optional[str]:
@@ -78,6 +81,8 @@ def flush_udp_conntrack(family: int, ports: list[int]) -> int:
     wanted = set(ports)
     deleted = 0
     try:
+        import socket  # only here: ~3 ms of import that TCP-only mappings do not need
+
         from pyroute2 import Conntrack
         from pyroute2.conntrack import NFCTAttrTuple
 

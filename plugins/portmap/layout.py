@@ -21,11 +21,13 @@ that are not the node's own untouched (the reference's PR #1210 bug).
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from cnichain.common.record import Record
 
-from .config import PortmapConfig, PortMapping
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs milliseconds per exec
+    from typing import Iterable, Optional
+
+    from .config import PortmapConfig, PortMapping
 
 FAMILY = "inet"
 TABLE = "cnichain_portmap"
@@ -47,8 +49,25 @@ COMMENT_MAX = 128
 # -- names -----------------------------------------------------------------------------------
 
 
+def _sha256():  # -> a new SHA-256 hash object
+    """``hashlib.sha256()`` without importing ``hashlib`` when CPython's own SHA-256 is built in.
+
+    ``import hashlib`` loads OpenSSL's libcrypto through ``_hashlib`` (~2 ms, every ADD and DEL);
+    the built-in module it otherwise falls back to imports in ~30 µs and computes the same
+    digest.  It is ``_sha2`` since Python 3.12 and ``_sha256`` before; anything else uses hashlib.
+    """
+    try:
+        from _sha2 import sha256  # type: ignore[import-not-found]
+    except ImportError:
+        try:
+            from _sha256 import sha256  # type: ignore[import-not-found,no-redef]
+        except ImportError:
+            from hashlib import sha256  # type: ignore[no-redef]
+    return sha256()
+
+
 def _digest(*parts: str) -> str:
-    h = hashlib.sha256()
+    h = _sha256()
     for p in parts:
         h.update(p.encode())
         h.update(b"\0")
@@ -129,16 +148,32 @@ def key_from_element(map_name: str, key: object) -> Optional[str]:
 # -- the per-container plan ------------------------------------------------------------------
 
 
-@dataclass
-class OwnerPlan:
+class OwnerPlan(Record):
     """What one container needs: its chains' rules and the keys dispatching to them."""
 
+    __slots__ = _fields = ("owner", "identity", "dnat_rules", "masq_rules", "dnat_keys", "masq_keys")
     owner: str
     identity: str
-    dnat_rules: list[str] = field(default_factory=list)  # rule bodies for c-<owner>
-    masq_rules: list[str] = field(default_factory=list)  # rule bodies for m-<owner>
-    dnat_keys: list[str] = field(default_factory=list)
-    masq_keys: list[str] = field(default_factory=list)
+    dnat_rules: list[str]  # rule bodies for c-<owner>
+    masq_rules: list[str]  # rule bodies for m-<owner>
+    dnat_keys: list[str]
+    masq_keys: list[str]
+
+    def __init__(
+        self,
+        owner: str,
+        identity: str,
+        dnat_rules: Optional[list[str]] = None,
+        masq_rules: Optional[list[str]] = None,
+        dnat_keys: Optional[list[str]] = None,
+        masq_keys: Optional[list[str]] = None,
+    ) -> None:
+        self.owner = owner
+        self.identity = identity
+        self.dnat_rules = [] if dnat_rules is None else dnat_rules
+        self.masq_rules = [] if masq_rules is None else masq_rules
+        self.dnat_keys = [] if dnat_keys is None else dnat_keys
+        self.masq_keys = [] if masq_keys is None else masq_keys
 
     @property
     def empty(self) -> bool:
@@ -271,13 +306,23 @@ def fast_delete(owner: str, comments: list[str]) -> str:
 # -- the slow path: rebuild the dispatch of the keys involved from a full snapshot -----------
 
 
-@dataclass
-class Snapshot:
+class Snapshot(Record):
     """Our table as listed: chains (handle, rule comments, jump targets) and map elements."""
 
-    chains: dict[str, int] = field(default_factory=dict)  # name -> handle
-    comments: dict[str, list[str]] = field(default_factory=dict)  # chain -> rule comments
-    elements: dict[str, str] = field(default_factory=dict)  # key -> jump target
+    __slots__ = _fields = ("chains", "comments", "elements")
+    chains: dict[str, int]  # name -> handle
+    comments: dict[str, list[str]]  # chain -> rule comments
+    elements: dict[str, str]  # key -> jump target
+
+    def __init__(
+        self,
+        chains: Optional[dict[str, int]] = None,
+        comments: Optional[dict[str, list[str]]] = None,
+        elements: Optional[dict[str, str]] = None,
+    ) -> None:
+        self.chains = {} if chains is None else chains
+        self.comments = {} if comments is None else comments
+        self.elements = {} if elements is None else elements
 
     @classmethod
     def from_json(cls, objects: list[dict]) -> "Snapshot":

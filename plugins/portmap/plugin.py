@@ -9,8 +9,6 @@ The result is ``prevResult``, untouched, in the config's version.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from cnichain.common.errors import plugin_error
 from cnichain.common.log import log
 from cnichain.common.skel import Plugin, Request
@@ -18,6 +16,10 @@ from cnichain.common.types import Result
 
 from . import layout
 from .config import PortmapConfig, container_ips, parse_config
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from typing import Optional
 
 
 def _config(req: Request) -> PortmapConfig:

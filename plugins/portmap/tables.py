@@ -12,15 +12,19 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from contextlib import contextmanager
-from typing import Iterator, Optional
 
 from cnichain.common import nft
 from cnichain.common.errors import plugin_error
 from cnichain.common.log import log
 
 from . import layout
-from .layout import OwnerPlan, Snapshot
+from .layout import Snapshot
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from typing import Optional
+
+    from .layout import OwnerPlan
 
 ATTEMPTS = 6
 _RETRYABLE = ("File exists", "No such file or directory", "Device or resource busy")
@@ -49,15 +53,26 @@ def _list(what: str) -> Optional[list[dict]]:
         raise plugin_error(f"could not list rules in table {layout.TABLE}: {exc}") from None
 
 
-@contextmanager
-def _netns_lock() -> Iterator[None]:
-    """An exclusive flock on this thread's network namespace inode (released on close)."""
-    fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+class _netns_lock:
+    """An exclusive flock on this thread's network namespace inode (released on close).
+
+    A small class, not a ``contextlib`` generator: see :mod:`cnichain.common.netns`.
+    """
+
+    __slots__ = ("fd",)
+
+    def __enter__(self) -> None:
+        fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+
+    def __exit__(self, *exc_info: object) -> bool:
+        os.close(self.fd)
+        return False
 
 
 def snapshot() -> Optional[Snapshot]:

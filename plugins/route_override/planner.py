@@ -7,26 +7,37 @@ so every rule here is testable without a namespace.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
-from typing import Optional
 
+from cnichain.common.record import FrozenRecord
 from cnichain.common.types import Result, Route
 
-from .config import Network, RouteOverrideConfig, RouteSpec
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from typing import Optional
+
+    from .config import Network, RouteOverrideConfig, RouteSpec
 
 SCOPE_LINK = 253
 _LINK_LOCAL = (ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fe80::/10"))
 
 
-@dataclass(frozen=True)
-class KernelRoute:
+class KernelRoute(FrozenRecord):
     """One main-table unicast route as the kernel lists it."""
 
+    __slots__ = _fields = ("dst", "gw", "oif", "scope", "attrs")
     dst: Network
-    gw: Optional[str] = None
-    oif: Optional[int] = None
-    scope: int = 0
-    attrs: dict = field(default_factory=dict, compare=False, hash=False)  # what deleting needs
+    gw: Optional[str]
+    oif: Optional[int]
+    scope: int
+    attrs: dict  # what deleting needs; not part of == or hash
+
+    def __init__(
+        self, dst: Network, gw: Optional[str] = None, oif: Optional[int] = None, scope: int = 0, attrs: Optional[dict] = None
+    ) -> None:
+        self._assign(dst, gw, oif, scope, {} if attrs is None else attrs)
+
+    def _values(self) -> tuple:
+        return (self.dst, self.gw, self.oif, self.scope)
 
     def __str__(self) -> str:
         return f"{self.dst}" + (f" via {self.gw}" if self.gw else "") + (f" oif {self.oif}" if self.oif else "")

@@ -5,6 +5,9 @@ a clear error instead of a nil-pointer panic (upstream issue #22); ``delroutes``
 from the pod even when the previous result did not list it; kernel errors fail the ADD instead of
 being printed to stderr and ignored; CNI 1.1.0 is supported.  DEL is a no-op, as in the reference
 (routes die with the pod's interface), and never loads pyroute2.
+
+Latency: DEL and VERSION load nothing beyond the skeleton; the config and planner modules (which
+need ``ipaddress``) are imported by ADD and CHECK only.
 """
 
 from __future__ import annotations
@@ -14,9 +17,6 @@ from cnichain.common.errors import plugin_error
 from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import Result
 
-from .config import load
-from .planner import check_problems, new_result, routes_to_delete, target_interfaces
-
 PREV_MISSING = (
     "Required prevResult missing: route-override must be chained after the plugin that "
     "creates the interface"
@@ -24,6 +24,9 @@ PREV_MISSING = (
 
 
 def cmd_add(req: Request) -> Result:
+    from .config import load
+    from .planner import new_result, routes_to_delete, target_interfaces
+
     cfg = load(req.conf)
     prev = req.require_prev_result(PREV_MISSING)
     targets = target_interfaces(prev, req.ifname)
@@ -59,6 +62,9 @@ def cmd_del(req: Request) -> None:
 
 
 def cmd_check(req: Request) -> None:
+    from .config import load
+    from .planner import check_problems, target_interfaces
+
     cfg = load(req.conf)
     if cfg.skipcheck:
         return None

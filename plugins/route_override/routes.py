@@ -9,13 +9,16 @@ from __future__ import annotations
 import errno
 import ipaddress
 import socket
-from typing import Any, Optional
 
 from cnichain.common import netlink
 from cnichain.common.errors import plugin_error
 
 from .config import RouteSpec
 from .planner import KernelRoute, route_present
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from typing import Any, Optional
 
 MAIN_TABLE = 254
 RTN_UNICAST = 1

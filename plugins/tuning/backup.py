@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Optional
 
 from cnichain.common.errors import plugin_error
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only (typing costs milliseconds per exec)
+    from typing import Any, Optional
 
 LINK_KEYS = ("mac", "promisc", "mtu", "allmulti", "txQLen")
 

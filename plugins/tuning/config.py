@@ -13,41 +13,61 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
-from typing import Any, Optional
 
 from cnichain.common import gojson
 from cnichain.common.cniargs import parse_cni_args
 from cnichain.common.errors import config_error, plugin_error
+from cnichain.common.record import FrozenRecord
 from cnichain.common.sysctl import PROC_SYS
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing and dataclasses were a third of a sysctl-only exec
+    from typing import Any, Optional
 
 DEFAULT_DATA_DIR = "/run/cni/tuning"
 ALLOWLIST_FILE = "/etc/cni/tuning/allowlist.conf"
 _LOAD = "failed to load netconf: "
 
 
-@dataclass(frozen=True)
-class Sysctl:
+class Sysctl(FrozenRecord):
     """One sysctl to set: the key as written, its resolved relative path and the value."""
 
+    __slots__ = _fields = ("key", "rel", "value")
     key: str
     rel: str  # "net/ipv4/conf/eth0/arp_filter"
     value: str
+
+    def __init__(self, key: str, rel: str, value: str) -> None:
+        self._assign(key, rel, value)
 
     @property
     def path(self) -> str:
         return os.path.join(PROC_SYS, self.rel)
 
 
-@dataclass(frozen=True)
-class TuningConfig:
-    sysctl: tuple[tuple[str, str], ...] = ()  # (key as written, value), in config order
-    mac: str = ""  # normalised: lower case, colon separated
-    mtu: int = 0  # 0 = leave alone
-    promisc: bool = False  # False = leave alone (reference semantics)
-    allmulti: Optional[bool] = None
-    txqlen: Optional[int] = None
-    data_dir: str = DEFAULT_DATA_DIR
+class TuningConfig(FrozenRecord):
+    """The validated tuning keys, overrides applied."""
+
+    __slots__ = _fields = ("sysctl", "mac", "mtu", "promisc", "allmulti", "txqlen", "data_dir")
+    sysctl: tuple[tuple[str, str], ...]  # (key as written, value), in config order
+    mac: str  # normalised: lower case, colon separated
+    mtu: int  # 0 = leave alone
+    promisc: bool  # False = leave alone (reference semantics)
+    allmulti: Optional[bool]
+    txqlen: Optional[int]
+    data_dir: str
+
+    def __init__(
+        self,
+        sysctl: tuple[tuple[str, str], ...] = (),
+        mac: str = "",
+        mtu: int = 0,
+        promisc: bool = False,
+        allmulti: Optional[bool] = None,
+        txqlen: Optional[int] = None,
+        data_dir: str = DEFAULT_DATA_DIR,
+    ) -> None:
+        self._assign(sysctl, mac, mtu, promisc, allmulti, txqlen, data_dir)
 
     @property
     def changes_link(self) -> bool:
@@ -233,21 +253,12 @@ def load(conf: dict, cni_args: str = "") -> TuningConfig:
         where = "IPAMArgs.args.cni"
         if g(cni, "sysctl") is not None:
             sysctl.update(_sysctl_map(g(cni, "sysctl"), f"{where}.sysctl"))
-        value = gojson.want_str(g(cni, "mac"), f"{where}.mac", prefix=_LOAD)
-        if value is not None:
-            mac = value
-        value_b = gojson.want_bool(g(cni, "promisc"), f"{where}.promisc", _LOAD)
-        if value_b is not None:
-            promisc = value_b
-        value_i = gojson.want_int(g(cni, "mtu"), f"{where}.mtu", _LOAD)
-        if value_i is not None:
-            mtu = value_i
-        value_b = gojson.want_bool(g(cni, "allmulti"), f"{where}.allmulti", _LOAD)
-        if value_b is not None:
-            allmulti = value_b
-        value_i = gojson.want_int(g(cni, "txQLen"), f"{where}.txQLen", _LOAD)
-        if value_i is not None:
-            txqlen = value_i
+        over = gojson.overlay
+        mac = over(mac, gojson.want_str(g(cni, "mac"), f"{where}.mac", prefix=_LOAD))
+        promisc = over(promisc, gojson.want_bool(g(cni, "promisc"), f"{where}.promisc", _LOAD))
+        mtu = over(mtu, gojson.want_int(g(cni, "mtu"), f"{where}.mtu", _LOAD))
+        allmulti = over(allmulti, gojson.want_bool(g(cni, "allmulti"), f"{where}.allmulti", _LOAD))
+        txqlen = over(txqlen, gojson.want_int(g(cni, "txQLen"), f"{where}.txQLen", _LOAD))
 
     if mtu < 0 or mtu > 0xFFFFFFF:
         raise config_error(f"invalid mtu {mtu}: must be a positive number (0 leaves the MTU alone)")

@@ -7,24 +7,31 @@ backup of link attributes exists (DEL), so sysctl-only configs never pay for pyr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional
-
 from cnichain.common import netlink
 from cnichain.common.errors import plugin_error
+from cnichain.common.record import FrozenRecord
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from typing import Any, Optional
 
 IFF_PROMISC = 0x100
 IFF_ALLMULTI = 0x200
 
 
-@dataclass(frozen=True)
-class LinkState:
+class LinkState(FrozenRecord):
+    """The interface attributes tuning may change, as read over netlink."""
+
+    __slots__ = _fields = ("index", "mac", "mtu", "promisc", "allmulti", "txqlen")
     index: int
     mac: str
     mtu: int
     promisc: bool
     allmulti: bool
     txqlen: int
+
+    def __init__(self, index: int, mac: str, mtu: int, promisc: bool, allmulti: bool, txqlen: int) -> None:
+        self._assign(index, mac, mtu, promisc, allmulti, txqlen)
 
 
 def read(ipr: Any, ifname: str) -> Optional[LinkState]:

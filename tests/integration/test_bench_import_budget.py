@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from tests.unit.test_import_budget import ALWAYS_FORBIDDEN, explain, imported_modules, offenders
+from tests.unit.test_import_budget import ALWAYS_FORBIDDEN, CONVENIENCE, explain, imported_modules, offenders
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +41,7 @@ def test_tuning_sysctls_only_never_loads_pyroute2(lab, plugin_dir, tmp_path):
     for command in ("ADD", "CHECK", "DEL", "DEL"):
         code, mods, out = imported_modules(launcher, _env(command, pod), json.dumps(conf).encode(), prefix)
         assert code == 0, out
-        bad = offenders(mods, ALWAYS_FORBIDDEN + ("pyroute2", "nftables"))
+        bad = offenders(mods, ALWAYS_FORBIDDEN + CONVENIENCE + ("pyroute2", "nftables"))
         assert not bad, f"tuning {command} imported {bad}; {explain(mods)}"
         if command == "ADD":  # the sysctl really was written in the pod (ours restores it on DEL)
             assert lab.run(pod, "cat", "/proc/sys/net/core/somaxconn").stdout.strip() == "512"
@@ -61,5 +61,5 @@ def test_portmap_with_mappings_never_loads_pyroute2(lab, plugin_dir):
     for command in ("ADD", "CHECK", "DEL", "DEL"):
         code, mods, out = imported_modules(launcher, _env(command, pod), json.dumps(conf).encode(), prefix)
         assert code == 0, out
-        bad = offenders(mods, ALWAYS_FORBIDDEN + ("pyroute2",))
+        bad = offenders(mods, ALWAYS_FORBIDDEN + CONVENIENCE + ("pyroute2",))
         assert not bad, f"portmap {command} imported {bad}; {explain(mods)}"

@@ -10,7 +10,11 @@ collect the modules it imported for one command, and fail when one is over budge
   the nftables binding;
 * never in the lean plugins and commands: host-local (all commands), portmap (all commands; no
   nftables either for ADD/CHECK with nothing to map), route-override DEL, tuning DEL of a
-  sysctl-only config.
+  sysctl-only config;
+* not in those lean paths either, nor in VERSION of host-local, tuning, route-override and
+  portmap: the stdlib modules that cost milliseconds for conveniences (``dataclasses`` with
+  ``inspect``, ``typing``, ``contextlib``, ``socket``, ``hashlib`` with OpenSSL's ``_hashlib``);
+  records come from cnichain.common.record instead.
 
 The root-only lean paths (tuning sysctls in a real namespace, portmap with mappings) are checked in
 tests/integration/test_bench_import_budget.py.  No kernel object is touched here.
@@ -30,6 +34,9 @@ from cnichain.cli import install as installer
 AVAILABLE = installer.available_plugins()
 ALWAYS_FORBIDDEN = ("typer", "click", "rich", "cnichain.cli", "logging")
 HEAVY = ("pyroute2", "nftables")
+# Stdlib conveniences that cost 1-9 ms of import each on a 2-core node (benchmarks/README.md).
+CONVENIENCE = ("dataclasses", "inspect", "typing", "contextlib", "socket", "hashlib", "_hashlib")
+LEAN_PLUGINS = ("host-local", "tuning", "route-override", "portmap")
 
 
 def imported_modules(
@@ -95,7 +102,8 @@ def _check(launcher: str, env: dict, stdin: bytes, forbidden: tuple[str, ...], e
 # -- every plugin: VERSION and the error paths ---------------------------------------------------
 @pytest.mark.parametrize("plugin_type", sorted(AVAILABLE))
 def test_version_is_lean(launchers: str, plugin_type: str) -> None:
-    mods = _check(os.path.join(launchers, plugin_type), {"CNI_COMMAND": "VERSION"}, b"", ALWAYS_FORBIDDEN + HEAVY, 0)
+    forbidden = ALWAYS_FORBIDDEN + HEAVY + (CONVENIENCE if plugin_type in LEAN_PLUGINS else ())
+    mods = _check(os.path.join(launchers, plugin_type), {"CNI_COMMAND": "VERSION"}, b"", forbidden, 0)
     # The plugin's own effects modules are not needed to print the supported versions either.
     assert "subprocess" not in mods or "cnichain.common.invoke" in mods, explain(mods)
 
@@ -134,12 +142,13 @@ def test_host_local_never_loads_netlink(launchers: str, tmp_path, version: str) 
     stdin = json.dumps(conf).encode()
     code, mods, out = imported_modules(launcher, _env("ADD"), stdin)
     assert code == 0, out
-    assert not offenders(mods, ALWAYS_FORBIDDEN + HEAVY), explain(mods)
+    assert not offenders(mods, ALWAYS_FORBIDDEN + HEAVY + CONVENIENCE), explain(mods)
     assert "subprocess" not in mods, "host-local has nothing to exec; " + explain(mods)
     prev = json.loads(out)
-    _check(launcher, _env("CHECK"), json.dumps(dict(conf, prevResult=prev)).encode(), ALWAYS_FORBIDDEN + HEAVY, 0)
+    lean = ALWAYS_FORBIDDEN + HEAVY + CONVENIENCE
+    _check(launcher, _env("CHECK"), json.dumps(dict(conf, prevResult=prev)).encode(), lean, 0)
     for _ in range(2):
-        _check(launcher, _env("DEL"), json.dumps(dict(conf, prevResult=prev)).encode(), ALWAYS_FORBIDDEN + HEAVY, 0)
+        _check(launcher, _env("DEL"), json.dumps(dict(conf, prevResult=prev)).encode(), lean, 0)
 
 
 @pytest.mark.parametrize("command", ["ADD", "CHECK", "DEL"])
@@ -150,7 +159,7 @@ def test_portmap_without_mappings_loads_nothing_heavy(launchers: str, command: s
                            "ips": [{"address": "10.9.0.2/24", "interface": 0}]}}
     # ADD and CHECK with nothing to map have nothing to do.  DEL may look for rules left under the
     # container's ID (the runtime need not resend the mappings), so only netlink is off limits there.
-    forbidden = ALWAYS_FORBIDDEN + (HEAVY if command != "DEL" else ("pyroute2",))
+    forbidden = ALWAYS_FORBIDDEN + CONVENIENCE + (HEAVY if command != "DEL" else ("pyroute2",))
     _check(os.path.join(launchers, "portmap"), _env(command), json.dumps(conf).encode(), forbidden, 0)
 
 
@@ -158,14 +167,18 @@ def test_route_override_del_loads_no_netlink(launchers: str) -> None:
     _need("route-override")
     conf = {"cniVersion": "1.0.0", "name": "budget", "type": "route-override",
             "addroutes": [{"dst": "192.0.2.0/24", "gw": "10.9.0.1"}]}
-    _check(os.path.join(launchers, "route-override"), _env("DEL"), json.dumps(conf).encode(), ALWAYS_FORBIDDEN + HEAVY, 0)
+    mods = _check(os.path.join(launchers, "route-override"), _env("DEL"), json.dumps(conf).encode(),
+                  ALWAYS_FORBIDDEN + HEAVY + CONVENIENCE, 0)
+    # DEL undoes nothing, so it does not even parse routes (ipaddress is for ADD and CHECK).
+    assert "ipaddress" not in mods, explain(mods)
 
 
 def test_tuning_sysctl_only_del_with_netns_gone_loads_no_netlink(launchers: str, tmp_path) -> None:
     _need("tuning")
     conf = {"cniVersion": "1.0.0", "name": "budget", "type": "tuning", "dataDir": str(tmp_path / "tuning"),
             "sysctl": {"net.core.somaxconn": "500"}}
-    _check(os.path.join(launchers, "tuning"), _env("DEL"), json.dumps(conf).encode(), ALWAYS_FORBIDDEN + HEAVY, 0)
+    _check(os.path.join(launchers, "tuning"), _env("DEL"), json.dumps(conf).encode(),
+           ALWAYS_FORBIDDEN + HEAVY + CONVENIENCE, 0)
 
 
 def test_importtime_parser_sees_heavy_modules() -> None:
