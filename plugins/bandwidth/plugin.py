@@ -33,8 +33,8 @@ PSCHED = "/proc/net/psched"
 
 def _tick() -> float:
     try:
-        with open(PSCHED, encoding="ascii") as fh:
-            return tbf.tick_in_usec(fh.read())
+        with open(PSCHED, "rb") as fh:  # bytes: a text-mode open would import a codec module
+            return tbf.tick_in_usec(fh.read().decode("ascii", "replace"))
     except OSError as exc:
         raise plugin_error(f"cannot read {PSCHED}: {exc.strerror}") from None
 
@@ -92,12 +92,13 @@ def cmd_add(req: Request) -> Result:
                 undo.append(("tbf", veth.index))
             if egress is not None:
                 name = ifb_name(req.network_name, req.container_id)
-                ifb = tc.create_ifb(host, name, veth.mtu, _ifb_alias(req))
+                ifb = tc.create_ifb(host, name, veth.mtu)
                 undo.append(("link", ifb.index))
                 try:
                     tc.add_tbf(host, ifb.index, egress)
                 except CniError as exc:
                     raise plugin_error(f"create ifb qdisc: {exc.msg}") from None
+                tc.ifb_up(host, ifb, _ifb_alias(req))
                 # The redirect goes in last: no packet reaches the IFB before it is shaped.
                 tc.add_ingress_qdisc(host, veth.index)
                 undo.append(("ingress", veth.index))

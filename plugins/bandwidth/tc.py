@@ -104,20 +104,32 @@ def host_veth_by_peer(host: Any, peer_index: int) -> Link:
 
 # -- links -----------------------------------------------------------------------------------
 
-def create_ifb(host: Any, name: str, mtu: int, alias: str) -> Link:
-    """The IFB device, up, with the host veth's MTU and no transmit queue of its own."""
+def create_ifb(host: Any, name: str, mtu: int) -> Link:
+    """The IFB device, still down, with the host veth's MTU and no transmit queue of its own.
+
+    It stays down until :func:`ifb_up`: a qdisc grafted onto a device that is up first makes the
+    kernel quiesce the device (an RCU synchronisation, about a millisecond here), so the caller puts
+    the TBF on while it is down.  Nothing is redirected to the IFB before it is up and shaped.
+    """
     try:
         host.link("add", ifname=name, kind="ifb", mtu=mtu or 1500, txqlen=0)
         link = get_link(host, name=name)
-        if link is None:
-            raise plugin_error(f"adding link: {name} vanished after creation")
-        # The kernel ignores IFLA_IFALIAS on creation; it is only applied by a change request.
-        host.link("set", index=link.index, state="up", ifalias=alias[:255])
-    except CniError:
-        raise
     except Exception as exc:
         raise plugin_error(f"adding link: {reason(exc)}") from None
+    if link is None:
+        raise plugin_error(f"adding link: {name} vanished after creation")
     return link
+
+
+def ifb_up(host: Any, ifb: Link, alias: str) -> None:
+    """Bring the IFB up and tag it with our alias, in one change request.
+
+    The kernel ignores IFLA_IFALIAS on creation; it is only applied by a change request.
+    """
+    try:
+        host.link("set", index=ifb.index, state="up", ifalias=alias[:255])
+    except Exception as exc:
+        raise plugin_error(f"adding link: {reason(exc)}") from None
 
 
 def delete_link(host: Any, index: int) -> None:
@@ -140,8 +152,22 @@ def ifb_links(host: Any) -> list[Link]:
 
 # -- qdiscs ----------------------------------------------------------------------------------
 
+_TBF_MSG_CLASS = None
+
+
 def _tbf_msg_class() -> Any:
-    """A tcmsg whose TCA_OPTIONS is always TBF, with the 64-bit rate attribute pyroute2 lacks."""
+    """A tcmsg whose TCA_OPTIONS is always TBF, with the 64-bit rate attribute pyroute2 lacks.
+
+    Built once per process: a class statement plus pyroute2's compilation of its attribute tables
+    on first use cost more than the netlink round trip it serves.
+    """
+    global _TBF_MSG_CLASS
+    if _TBF_MSG_CLASS is None:
+        _TBF_MSG_CLASS = _build_tbf_msg_class()
+    return _TBF_MSG_CLASS
+
+
+def _build_tbf_msg_class() -> Any:
     from pyroute2.netlink import nla
     from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
@@ -221,8 +247,12 @@ def add_redirect(host: Any, index: int, ifb_index: int) -> None:
         raise plugin_error(f"add filter: {reason(exc)}") from None
 
 
-def delete_qdisc(host: Any, index: int, handle: int, parent: int) -> bool:
-    """Remove one qdisc; False when it (or the link) was already gone."""
+def delete_qdisc(host: Any, index: int, handle: int, parent: int, kind: str = "") -> bool:
+    """Remove one qdisc; False when it (or the link) was already gone or is not the one described.
+
+    With ``kind`` the kernel itself refuses (EINVAL) to delete a qdisc of another type or handle
+    at that place, so "delete our root TBF if it is there" is one request instead of a dump first.
+    """
     from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
     from pyroute2.netlink.rtnl import RTM_DELQDISC
     from pyroute2.netlink.rtnl.tcmsg import tcmsg
@@ -231,6 +261,8 @@ def delete_qdisc(host: Any, index: int, handle: int, parent: int) -> bool:
     msg["index"] = index
     msg["handle"] = handle
     msg["parent"] = parent
+    if kind:
+        msg["attrs"] = [["TCA_KIND", kind]]
     msg["header"]["type"] = RTM_DELQDISC
     msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK
     try:
@@ -313,12 +345,12 @@ def redirect_targets(host: Any, index: int) -> list[int]:
 def remove_shaping(host: Any, veth: Link, ifb_index: Optional[int]) -> list[str]:
     """Undo what ADD put on ``veth``; returns what was removed (for the log).
 
-    The root TBF ``1:`` is removed as ours.  The ``ffff:`` ingress qdisc is removed only when one
-    of its filters redirects to our IFB, so a foreign ingress qdisc on the link survives.
+    The root TBF ``1:`` is removed as ours (one delete request naming handle and kind: the kernel
+    refuses it when the root qdisc is anything else).  The ``ffff:`` ingress qdisc is removed only
+    when one of its filters redirects to our IFB, so a foreign ingress qdisc on the link survives.
     """
     removed = []
-    tbf = root_tbf(host, veth.index)
-    if tbf is not None and tbf.handle == TBF_HANDLE and delete_qdisc(host, veth.index, TBF_HANDLE, TC_H_ROOT):
+    if delete_qdisc(host, veth.index, TBF_HANDLE, TC_H_ROOT, "tbf"):
         removed.append(f"tbf on {veth.name}")
     if ifb_index is not None and ifb_index in redirect_targets(host, veth.index):
         if delete_qdisc(host, veth.index, INGRESS_HANDLE, TC_H_INGRESS):

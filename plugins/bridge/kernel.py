@@ -73,20 +73,29 @@ def mac_of(msg: Any) -> str:
 # -- bridge ----------------------------------------------------------------------------------------
 
 def ensure_bridge(ipr: Any, cfg: BridgeConfig) -> tuple[Any, bool]:
-    """Create (or reuse) the bridge and bring it up; return (link, created_by_us)."""
+    """Create (or reuse) the bridge and bring it up; return (link, created_by_us).
+
+    Every pod after the first finds the bridge, so it is looked up first and created only when
+    missing (one request instead of a create that fails with EEXIST plus a lookup).  A concurrent
+    ADD creating it in between is the same EEXIST case as before.
+    """
     created = False
-    kwargs: dict[str, Any] = {"ifname": cfg.bridge, "kind": "bridge"}
-    if cfg.mtu:
-        kwargs["mtu"] = cfg.mtu
-    if cfg.needs_vlan_filtering:
-        kwargs["br_vlan_filtering"] = 1
-    try:
-        ipr.link("add", **kwargs)
-        created = True
-    except Exception as exc:  # noqa: BLE001
-        if netlink_errno(exc) != errno.EEXIST:
-            raise plugin_error(f'failed to create bridge "{cfg.bridge}": could not add "{cfg.bridge}": {_err(exc)}') from None
     link = get_link(ipr, cfg.bridge)
+    if link is None:
+        kwargs: dict[str, Any] = {"ifname": cfg.bridge, "kind": "bridge"}
+        if cfg.mtu:
+            kwargs["mtu"] = cfg.mtu
+        if cfg.needs_vlan_filtering:
+            kwargs["br_vlan_filtering"] = 1
+        try:
+            ipr.link("add", **kwargs)
+            created = True
+        except Exception as exc:  # noqa: BLE001
+            if netlink_errno(exc) != errno.EEXIST:
+                raise plugin_error(
+                    f'failed to create bridge "{cfg.bridge}": could not add "{cfg.bridge}": {_err(exc)}'
+                ) from None
+        link = get_link(ipr, cfg.bridge)
     if link is None:
         raise plugin_error(f'failed to create bridge "{cfg.bridge}": could not lookup "{cfg.bridge}": no such device')
     if link_kind(link) != "bridge":
@@ -129,9 +138,11 @@ def delete_link(ipr: Any, index: int) -> None:
 # -- veth pair -------------------------------------------------------------------------------------
 
 def create_veth(host: Any, pod: Any, pod_fd: int, cfg: BridgeConfig, ifname: str) -> tuple[str, int]:
-    """Create the pair from the host with the container end born in the pod; (host name, index)."""
-    if pod.link_lookup(ifname=ifname):
-        raise plugin_error(f"container veth name provided ({ifname}) already exists")
+    """Create the pair from the host with the container end born in the pod; (host name, index).
+
+    A container name that is taken fails the create with EEXIST, which is then told apart from a
+    host name clash by one lookup in the pod: no lookup up front on the common path.
+    """
     peer: dict[str, Any] = {"ifname": ifname, "net_ns_fd": pod_fd}
     if cfg.mtu:
         peer["mtu"] = cfg.mtu
@@ -158,10 +169,20 @@ def create_veth(host: Any, pod: Any, pod_fd: int, cfg: BridgeConfig, ifname: str
 
 
 def attach_host_end(ipr: Any, name: str, index: int, bridge_index: int, cfg: BridgeConfig) -> None:
-    """Host end: no RAs, enslaved to the bridge, port flags and VLANs, up."""
+    """Host end: no RAs, enslaved to the bridge, port flags and VLANs, up.
+
+    Without VLANs, master and up go in one change request (the kernel enslaves before it applies
+    the flags), with the port flags right after -- the reference even brings the end up before it
+    enslaves it.  With VLANs the port comes up only after its VLANs are set, so it never passes a
+    frame on the bridge's default VLAN.
+    """
+    up_now = not cfg.needs_vlan_filtering
     try:
         _ensure_accept_ra_off(name)
-        ipr.link("set", index=index, master=bridge_index)
+        if up_now:
+            ipr.link("set", index=index, master=bridge_index, state="up")
+        else:
+            ipr.link("set", index=index, master=bridge_index)
     except Exception as exc:  # noqa: BLE001
         raise plugin_error(f'failed to connect "{name}" to bridge {cfg.bridge}: {_err(exc)}') from None
     try:
@@ -174,8 +195,9 @@ def attach_host_end(ipr: Any, name: str, index: int, bridge_index: int, cfg: Bri
             ipr.brport("set", index=index, **port)
     except Exception as exc:  # noqa: BLE001
         raise plugin_error(f"failed to setup hairpin mode for {name}: {_err(exc)}") from None
-    if cfg.needs_vlan_filtering:
-        _set_port_vlans(ipr, name, index, cfg)
+    if up_now:
+        return
+    _set_port_vlans(ipr, name, index, cfg)
     try:
         ipr.link("set", index=index, state="up")
     except Exception as exc:  # noqa: BLE001
@@ -197,8 +219,12 @@ def _set_port_vlans(ipr: Any, name: str, index: int, cfg: BridgeConfig) -> None:
         raise plugin_error(f'failed to setup vlan tag on interface "{name}": {_err(exc)}') from None
 
 
-def wait_port_up(ipr: Any, index: int) -> None:
-    """The bridge port must reach operstate UP (bounded poll, as the reference)."""
+def wait_port_up(ipr: Any, index: int) -> Any:
+    """The bridge port must reach operstate UP (bounded poll, as the reference); returns the link.
+
+    The first look is immediate and is normally already UP, so no sleep is taken; the returned
+    message also serves the result's host veth MAC (no second lookup).
+    """
     state = "UNKNOWN"
     for delay in _OPERSTATE_WAITS:
         if delay:
@@ -206,7 +232,7 @@ def wait_port_up(ipr: Any, index: int) -> None:
         link = get_link_by_index(ipr, index)
         state = str(attr(link, "IFLA_OPERSTATE", "UNKNOWN")) if link is not None else "DOWN"
         if state == "UP":
-            return
+            return link
     raise plugin_error(f"bridge port in error state: {state.lower()}")
 
 
@@ -295,17 +321,23 @@ def add_route(pod: Any, index: int, ifname: str, route: PodRoute) -> None:
 
 
 def delete_pod_link(netns_path: str, ifname: str) -> bool:
-    """Delete the container interface; False when netns or link is already gone."""
+    """Delete the container interface; False when netns or link is already gone.
+
+    One delete request by name (the kernel resolves it): a missing link is ENODEV, not a lookup
+    first.  Deleting a veth takes the kernel ~15-20 ms (RCU barriers) whatever we do.
+    """
     from cnichain.common.netlink import session
 
     if not os.path.exists(netns_path):
         return False  # pod namespace already gone: so is its veth (no need to load pyroute2)
     try:
         with session(netns_path) as pod:
-            found = pod.link_lookup(ifname=ifname)
-            if not found:
-                return False
-            delete_link(pod, found[0])
+            try:
+                pod.link("del", ifname=ifname)
+            except Exception as exc:  # noqa: BLE001
+                if is_gone(exc):
+                    return False
+                raise
             return True
     except netns.NetnsGone:
         return False
@@ -313,10 +345,14 @@ def delete_pod_link(netns_path: str, ifname: str) -> bool:
 
 # -- gateway on the bridge -------------------------------------------------------------------------
 
-def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[str]) -> None:
-    """Put each "gw/prefix" on the bridge (the reference's ensureAddr), then pin the bridge MAC."""
+def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[str]) -> str:
+    """Put each "gw/prefix" on the bridge (the reference's ensureAddr), then pin the bridge MAC.
+
+    Returns the pinned MAC ("" when there was nothing to do): it cannot change any more, so the
+    caller reports it without reading the bridge again.
+    """
     if not addrs:
-        return
+        return ""
     index = bridge["index"]
     for cidr in addrs:
         want = interface(cidr)
@@ -353,6 +389,7 @@ def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[st
             ipr.link("set", index=index, address=mac)
         except Exception as exc:  # noqa: BLE001
             raise plugin_error(f"could not set bridge's mac: {_err(exc)}") from None
+    return mac
 
 
 def enable_forwarding(families: tuple[int, ...]) -> None:

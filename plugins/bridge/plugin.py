@@ -92,6 +92,7 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
         firewall.add_spoof_check(cfg.network, req.container_id, req.ifname, veth_name, container_mac)
 
     result = Result(cni_version=req.cni_version)
+    bridge_mac = ""  # known without a lookup once the gateway step pinned it
     if cfg.is_layer3:
         ipam = delegate_ipam(req, "ADD")
         undo.push("release IPAM", lambda: delegate_ipam(req, "DEL"))
@@ -100,7 +101,7 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
         kernel.pod_sysctls(req.netns, req.ifname, cfg, plan)
         kernel.configure_pod(pod, container_index, req.ifname, plan, cfg)
         if cfg.is_gateway:
-            kernel.ensure_bridge_addrs(host, bridge, cfg, plan.bridge_addrs)
+            bridge_mac = kernel.ensure_bridge_addrs(host, bridge, cfg, plan.bridge_addrs)
             kernel.enable_forwarding(plan.families)
         if cfg.ip_masq:
             undo.push("remove masquerade", lambda: firewall.remove_masquerade(cfg.network, req.container_id, req.ifname))
@@ -113,13 +114,16 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
 
         result.dns = DNS.from_dict(cfg.dns)
 
+    veth_now = None
     if not cfg.disable_container_interface:
-        kernel.wait_port_up(host, veth_index)
-
-    bridge_now = kernel.get_link_by_index(host, bridge_index) or bridge
-    veth_now = kernel.get_link_by_index(host, veth_index)
+        veth_now = kernel.wait_port_up(host, veth_index)
+    if not bridge_mac:
+        # Attaching a port can change an unpinned bridge's MAC: report the current one.
+        bridge_mac = kernel.mac_of(kernel.get_link_by_index(host, bridge_index) or bridge)
+    if veth_now is None:
+        veth_now = kernel.get_link_by_index(host, veth_index)
     result.interfaces = [
-        Interface(name=cfg.bridge, mac=kernel.mac_of(bridge_now)),
+        Interface(name=cfg.bridge, mac=bridge_mac),
         Interface(name=veth_name, mac=kernel.mac_of(veth_now) if veth_now is not None else ""),
         Interface(name=req.ifname, mac=container_mac, sandbox=req.netns),
     ]
