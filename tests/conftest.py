@@ -35,7 +35,7 @@ def pytest_collection_modifyitems(config: Any, items: list) -> None:
 def agent_socket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """"" (launchers run cold), or with CNICHAIN_TEST_AGENT=1 (as root) the socket of a session agent.
 
-    Opt-in so that the same integration suite runs once cold and once warm (cli/agent.py).
+    Opt-in so that the same integration suite runs once cold and once warm (cli/agent/).
     """
     if os.environ.get("CNICHAIN_TEST_AGENT") != "1" or os.geteuid() != 0:
         yield ""
