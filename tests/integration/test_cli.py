@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -25,13 +26,18 @@ def _env() -> dict:
     return env
 
 
+def _run_id(output: str) -> str:
+    match = re.search(r"state of run ([0-9a-f]+) removed", output)
+    assert match, output
+    return match.group(1)
+
+
 def test_demo_runs_every_proof_and_leaves_nothing():
-    before = leftover_namespaces("cnidemo")
     proc = subprocess.run(CLI + ["demo"], capture_output=True, text=True, timeout=240, env=_env())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "every proof passed" in proc.stdout
     assert "[FAIL]" not in proc.stdout
-    assert leftover_namespaces("cnidemo") == before
+    assert leftover_namespaces(f"cnidemo-{_run_id(proc.stdout)}") == []
 
 
 def test_exec_add_check_del_with_cli(lab, plugin_dir, tmp_path):
@@ -77,7 +83,6 @@ def test_demo_cleans_up_on_ctrl_c():
     import signal
     import time
 
-    before = leftover_namespaces("cnidemo")
     proc = subprocess.Popen(CLI + ["demo"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
     seen = []
     deadline = time.monotonic() + 60
@@ -90,4 +95,4 @@ def test_demo_cleans_up_on_ctrl_c():
     output = "".join(seen) + rest
     assert proc.returncode == 130, output
     assert "interrupted: cleaning up" in output and "cleaned up" in output
-    assert leftover_namespaces("cnidemo") == before
+    assert leftover_namespaces(f"cnidemo-{_run_id(output)}") == []
