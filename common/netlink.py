@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import errno
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional
 
 from . import netns
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs milliseconds on paths that never load pyroute2
+    from typing import Any, Iterator, Optional
 
 # Errors that mean "already gone" for idempotent DEL.
 GONE = {errno.ENOENT, errno.ENODEV, errno.ESRCH, errno.EADDRNOTAVAIL, errno.ENXIO}

@@ -7,12 +7,14 @@ gone, after a half-finished ADD, and twice in a row (a missing table or rule is 
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
-
 from cnichain.common import nft
 from cnichain.common.errors import CniError
 
 from . import nftplan
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec
+    from typing import Iterable, Optional
 
 _MASQ_LIST = f"list chain inet {nftplan.MASQ_TABLE} {nftplan.MASQ_CHAIN}"
 _SPOOF_LIST = f"list chain bridge {nftplan.SPOOF_TABLE} {nftplan.SPOOF_CHAIN}"

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import time
-from typing import Any, Optional
 
 from cnichain.common import netns, sysctl
 from cnichain.common.errors import plugin_error
 from cnichain.common.netlink import is_gone, netlink_errno
 
-from .config import BridgeConfig
-from .plan import L3Plan, PodRoute, interface
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec
+    from typing import Any, Optional
+
+    from .config import BridgeConfig
+    from .plan import L3Plan, PodRoute
 
 IFF_PROMISC = 0x100
 IFA_F_NODAD = 0x02
@@ -149,7 +151,7 @@ def create_veth(host: Any, pod: Any, pod_fd: int, cfg: BridgeConfig, ifname: str
     if cfg.mac:
         peer["address"] = cfg.mac
     for _ in range(VETH_NAME_TRIES):
-        name = "veth" + secrets.token_hex(4)
+        name = "veth" + os.urandom(4).hex()  # what secrets.token_hex does, without its imports
         kwargs: dict[str, Any] = {"ifname": name, "kind": "veth", "peer": dict(peer)}
         if cfg.mtu:
             kwargs["mtu"] = cfg.mtu
@@ -263,6 +265,8 @@ def pod_sysctls(netns_path: str, ifname: str, cfg: BridgeConfig, plan: Optional[
 
 def configure_pod(pod: Any, index: int, ifname: str, plan: L3Plan, cfg: BridgeConfig) -> None:
     """Addresses, link up, (DAD wait), routes: the reference's ConfigureIface."""
+    from .plan import interface  # ipaddress: not needed by DEL, which imports this module too
+
     for ip in plan.ips:
         iface = interface(ip.address)
         kwargs: dict[str, Any] = {"index": index, "address": str(iface.ip), "prefixlen": iface.network.prefixlen}
@@ -353,6 +357,8 @@ def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[st
     """
     if not addrs:
         return ""
+    from .plan import interface
+
     index = bridge["index"]
     for cidr in addrs:
         want = interface(cidr)

@@ -11,7 +11,6 @@ are found by their owner tag, so they go even when ``CNI_NETNS`` is empty or alr
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
 
 from cnichain.common import netns
 from cnichain.common.invoke import delegate_ipam
@@ -19,7 +18,13 @@ from cnichain.common.log import log
 from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import Interface, Result
 
-from .config import BridgeConfig, load_config
+from .config import load_config
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec
+    from typing import Any, Callable
+
+    from .config import BridgeConfig
 
 
 class Undo:
