@@ -231,6 +231,20 @@ def test_del_without_netns_or_prev_result_unshapes_live_veth(lab, make_runtime, 
     rt.delete(conf, att)
 
 
+@pytest.mark.parametrize("foreign", [["handle", "1:", "pfifo"],
+                                     ["handle", "2:", "tbf", "rate", "1mbit", "burst", "32kbit", "latency", "400ms"]])
+def test_del_leaves_a_foreign_root_qdisc(lab, make_runtime, plugin_dir, reference_dir, foreign):
+    """DEL removes the root qdisc only when it is a TBF with handle 1: (the kernel checks both)."""
+    rt = runtime(make_runtime, plugin_dir, reference_dir)
+    pod, att, prev = add_pod(lab, rt, bridge_only(lab), limits=None)
+    veth = host_veth(prev)
+    lab.run(lab.node, "tc", "qdisc", "add", "dev", veth, "root", *foreign)
+    assert exec_bw(lab, plugin_dir, "DEL", bw_conf(prev=prev, **LIMITS), netns=pod) == (0, None)
+    root = next(q for q in qdiscs(lab, veth) if q.get("root"))
+    assert (root["kind"], root["handle"]) == (foreign[2], foreign[1])
+    rt.delete(bridge_only(lab), att)
+
+
 # -- CHECK ---------------------------------------------------------------------------------------
 
 def test_check_detects_drift(lab, make_runtime, plugin_dir, reference_dir):
