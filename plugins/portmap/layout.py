@@ -17,6 +17,15 @@ only while a key is shared, e.g. a pod sandbox recreated before the old one's DE
 one map lookup whatever the number of pods, and ADD and DEL touch only the owner's chains and
 elements, never listing other pods' rules.  ``fib daddr type local`` keeps traffic to addresses
 that are not the node's own untouched (the reference's PR #1210 bug).
+
+DEL normally needs no listing at all.  When the runtime resends the mappings and prevResult of
+ADD (libcni does), :func:`config_delete` removes the container's keys and chains in one
+transaction that first (re)asserts exactly what ADD installed -- ``add`` of each chain and each
+element pointing at it, both no-ops when present -- and then deletes it.  The kernel is the
+guard: ``add`` of an element that points at another container's chain fails (EEXIST), deleting
+a chain some element not in the config still points at fails (EBUSY), and a failed transaction
+changes nothing, after which DEL lists the chain as before.  A repeated DEL simply succeeds.
+Listing costs libnftables a cache fill that grows with the number of pods (~4 ms at 1,000).
 """
 
 from __future__ import annotations
@@ -276,6 +285,17 @@ def fast_add(plan: OwnerPlan) -> str:
     out = skeleton() + _fill_owner_chains(plan, create=True)
     out += [element(k, dnat_chain(plan.owner), "create") for k in plan.dnat_keys]
     out += [element(k, masq_chain(plan.owner), "create") for k in plan.masq_keys]
+    return "\n".join(out) + "\n"
+
+
+def config_delete(plan: OwnerPlan) -> str:
+    """DEL from the config alone, without listing: succeeds only if ``plan``'s keys are exactly
+    the container's (see the module docstring); otherwise the kernel voids it and nothing changed."""
+    c, m = dnat_chain(plan.owner), masq_chain(plan.owner)
+    out = [f"add chain {T} {c}", f"add chain {T} {m}"]  # the masquerade chain whatever snat says now
+    out += [element(k, c) for k in plan.dnat_keys] + [element(k, m) for k in plan.masq_keys]
+    out += [element(k, "", "delete") for k in plan.dnat_keys + plan.masq_keys]
+    out += [f"flush chain {T} {c}", f"delete chain {T} {c}", f"flush chain {T} {m}", f"delete chain {T} {m}"]
     return "\n".join(out) + "\n"
 
 

@@ -9,7 +9,7 @@ The result is ``prevResult``, untouched, in the config's version.
 
 from __future__ import annotations
 
-from cnichain.common.errors import plugin_error
+from cnichain.common.errors import CniError, plugin_error
 from cnichain.common.log import log
 from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import Result
@@ -32,14 +32,21 @@ def _config(req: Request) -> PortmapConfig:
     return cfg
 
 
+def _plan(req: Request, cfg: PortmapConfig, prev: Result) -> tuple[Optional[layout.OwnerPlan], dict[int, str]]:
+    """The container's rules and keys as the config and prevResult describe them (None when
+    there is nothing to map), and the container IPs they were planned for."""
+    if not cfg.mappings:
+        return None, {}
+    ips = container_ips(prev, req.ifname)
+    plan = layout.plan_owner(req.network_name, req.container_id, cfg, ips)
+    return (None if plan.empty else plan), ips
+
+
 def cmd_add(req: Request) -> Result:
     cfg = _config(req)
     prev = req.require_prev_result("must be called as chained plugin")
-    if not cfg.mappings:
-        return prev
-    ips = container_ips(prev, req.ifname)
-    plan = layout.plan_owner(req.network_name, req.container_id, cfg, ips)
-    if plan.empty:
+    plan, ips = _plan(req, cfg, prev)
+    if plan is None:
         return prev
     from . import host, tables
 
@@ -61,20 +68,28 @@ def cmd_add(req: Request) -> Result:
 
 
 def cmd_del(req: Request) -> None:
-    _config(req)  # a broken config is still reported, as the reference does
+    cfg = _config(req)  # a broken config is still reported, as the reference does
+    plan = None
+    if cfg.mappings:
+        # What ADD installed if the runtime resent the same mappings and prevResult (libcni
+        # does): lets DEL skip listing.  Anything unusable here only means listing instead.
+        try:
+            prev = req.prev_result
+        except CniError:
+            prev = None
+        if prev is not None:
+            plan, _ips = _plan(req, cfg, prev)
     from . import tables
 
-    tables.remove(layout.owner_id(req.network_name, req.container_id))
+    tables.remove(layout.owner_id(req.network_name, req.container_id), plan)
     return None
 
 
 def cmd_check(req: Request) -> None:
     cfg = _config(req)
     prev = req.require_prev_result("Required prevResult missing")
-    if not cfg.mappings:
-        return None
-    plan = layout.plan_owner(req.network_name, req.container_id, cfg, container_ips(prev, req.ifname))
-    if plan.empty:
+    plan, _ips = _plan(req, cfg, prev)
+    if plan is None:
         return None
     from . import tables
 

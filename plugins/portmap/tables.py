@@ -122,8 +122,16 @@ def install(plan: OwnerPlan) -> None:
     _slow(lambda snap: layout.rebuild(snap, add=plan))
 
 
-def remove(owner: str) -> None:
-    """DEL: list this container's chain (small), delete it and its keys in one transaction."""
+def remove(owner: str, plan: Optional[OwnerPlan] = None) -> None:
+    """DEL: with the ``plan`` the config describes, one self-checking transaction and no listing
+    (see :mod:`.layout`); otherwise, or when the kernel holds something else for this container,
+    list its chain (small), delete it and its keys in one transaction."""
+    if plan is not None:
+        try:
+            _run(layout.config_delete(plan))
+            return
+        except NftFailed as exc:
+            log.debug(f"portmap: DEL from config for {owner} refused ({exc.text.splitlines()[0]}); listing")
     comments = owner_comments(owner)
     if comments is None:
         return  # never added, or already deleted
