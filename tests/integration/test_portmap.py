@@ -61,8 +61,13 @@ def serve(lab, ns, port, text, proto="TCP"):
 def fetch(lab, ns, addr, port, proto="TCP") -> str:
     host = f"[{addr}]" if ":" in addr else addr
     if proto == "UDP":
+        # UDP has no retransmission: the first datagram can be lost while a fresh IPv6 gateway
+        # address is still tentative, so ask a few times (bounded) before calling it unanswered.
         target = f"UDP:{host}:{port}"
-        out = lab.run(ns, "socat", "-T1", "-", target, check=False, input="ping\n", timeout=10)
+        for _ in range(4):
+            out = lab.run(ns, "socat", "-T1", "-", target, check=False, input="ping\n", timeout=10)
+            if out.stdout.strip():
+                break
     else:
         out = lab.run(ns, "socat", "-T2", "-", f"{proto}:{host}:{port},connect-timeout=2", check=False, input="", timeout=10)
     return out.stdout.strip()
