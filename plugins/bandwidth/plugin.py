@@ -200,7 +200,7 @@ def cmd_check(req: Request) -> None:
             name = ifb_name(req.network_name, req.container_id)
             ifb = tc.get_link(host, name=name)
             if ifb is None:
-                raise plugin_error(f"get ifb device: Link not found", name)
+                raise plugin_error("get ifb device: Link not found", name)
             _check_tbf(host, ifb, tbf.accepted(cfg.egress, tick))
             if not tc.has_ingress_qdisc(host, veth.index):
                 raise plugin_error(f"Failed to find ingress qdisc on {veth.name}")

@@ -19,7 +19,7 @@ import errno
 from collections import namedtuple
 
 from cnichain.common import netlink
-from cnichain.common.errors import CniError, plugin_error
+from cnichain.common.errors import plugin_error
 
 from .tbf import UINT32_MAX, TbfParams
 

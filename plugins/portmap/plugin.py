@@ -60,7 +60,7 @@ def cmd_add(req: Request) -> Result:
         except Exception:
             tables.remove(plan.owner)  # all or nothing
             raise
-    for family, cip in sorted(ips.items()):
+    for family in sorted(ips):
         udp = sorted({m.host_port for m in cfg.mappings if m.protocol == "udp" and m.applies_to(family)})
         if udp:
             host.flush_udp_conntrack(family, udp)

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from cnichain.cli.lab import isolate_conflist
-from cnichain.cli.runtime import Attachment, ConfList, PluginFailed, Runtime
+from cnichain.cli.runtime import Attachment, ConfList, Runtime
 from cnichain.common.version import at_least
 from cnichain.plugins.bandwidth.config import ifb_name
 

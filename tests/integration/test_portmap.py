@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import threading
 import time
 
 import pytest
 
-from cnichain.cli.runtime import Attachment, ConfList, PluginFailed
+from cnichain.cli.runtime import Attachment, ConfList
 from cnichain.common.types import Result
 from cnichain.plugins.portmap import layout
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 
-from cnichain.cli.runtime import Attachment, ConfigError, ConfList, PluginFailed, Runtime
+from cnichain.cli.runtime import Attachment, ConfigError, ConfList, Runtime
 
 pytestmark = pytest.mark.integration
 

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from cnichain.common.errors import CniError
 from cnichain.common.version import ALL
 from cnichain.plugins.bandwidth import tbf
 from cnichain.plugins.bandwidth.config import BandwidthConfig, Shape, ifb_name, parse_config
@@ -130,7 +131,7 @@ def test_ifb_name_matches_reference():
 
 def test_tick_parse():
     assert TICK == 15.625
-    with pytest.raises(Exception):
+    with pytest.raises(CniError, match="cannot parse /proc/net/psched"):
         tbf.tick_in_usec("garbage")
 
 

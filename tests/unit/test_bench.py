@@ -93,7 +93,7 @@ def _fake_bench() -> SimpleNamespace:
     samples = [Sample("python", "floor", "python -I -S -c pass", "START", s, 0) for s in (0.010, 0.012, 0.011)]
     for mode, scale in (("cold", 2.0), ("reference", 1.0)):
         samples.append(Sample(mode, "floor", "bridge", "VERSION", 0.005 * scale, 0))
-        for pod in range(2):
+        for _pod in range(2):
             samples.append(Sample(mode, "chain", "bridge", "ADD", 0.010 * scale, 0))
             samples.append(Sample(mode, "chain", "bridge", "DEL", 0.008 * scale, 0))
         samples.append(Sample(mode, "growth", "portmap", "ADD", 0.004 * scale, 0, present=100))

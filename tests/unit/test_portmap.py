@@ -206,9 +206,9 @@ def test_rebuild_shares_a_key_and_unshares_it_on_delete():
     bucket = layout.bucket_chain("any/4/tcp/8080")
     assert f"add chain inet cnichain_portmap {bucket}" in script
     lines = script.splitlines()
-    jumps = [l for l in lines if l.startswith(f"add rule inet cnichain_portmap {bucket}")]
+    jumps = [line for line in lines if line.startswith(f"add rule inet cnichain_portmap {bucket}")]
     assert [j.split("jump ")[1].split()[0] for j in jumps] == [f"c-{a.owner}", f"c-{b.owner}"]  # oldest first
-    assert f"delete element inet cnichain_portmap dnat_any {{ ipv4 . tcp . 8080 }}" in lines
+    assert "delete element inet cnichain_portmap dnat_any { ipv4 . tcp . 8080 }" in lines
     assert f"create element inet cnichain_portmap dnat_any {{ ipv4 . tcp . 8080 : jump {bucket} }}" in lines
     # b's masquerade key is its own IP: straight to its chain
     assert f"create element inet cnichain_portmap masq4 {{ 10.1.0.6 : jump m-{b.owner} }}" in lines
@@ -221,7 +221,7 @@ def test_rebuild_shares_a_key_and_unshares_it_on_delete():
     assert f"create element inet cnichain_portmap dnat_any {{ ipv4 . tcp . 8080 : jump c-{b.owner} }}" in script
     assert f"delete chain inet cnichain_portmap {bucket}" in script
     assert f"delete chain inet cnichain_portmap c-{a.owner}" in script
-    assert not any(f"c-{b.owner}" in l and l.startswith(("flush", "delete chain")) for l in script)
+    assert not any(f"c-{b.owner}" in line and line.startswith(("flush", "delete chain")) for line in script)
 
 
 def test_rebuild_shared_ip_keeps_the_other_owners_masquerade():
@@ -234,7 +234,7 @@ def test_rebuild_shared_ip_keeps_the_other_owners_masquerade():
     script = layout.rebuild(snap, remove=[b.owner]).splitlines()
     assert f"create element inet cnichain_portmap masq4 {{ 10.1.0.5 : jump m-{a.owner} }}" in script
     assert "delete element inet cnichain_portmap dnat_any { ipv4 . tcp . 9090 }" in script
-    assert not any("tcp . 8080" in l for l in script)
+    assert not any("tcp . 8080" in line for line in script)
 
 
 def test_stale_owners_for_gc():
