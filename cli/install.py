@@ -99,11 +99,14 @@ def launcher_source(
     )
     if not agent_socket:
         return head + cold
+    # The agent's answer is already on fds 1 and 2 (the shim writes them directly), so the warm
+    # path leaves through posix._exit too: no interpreter teardown (~1 ms), and no ``os`` import.
     return head + (
         "from cnichain.common.shim import forward\n"
         f"code = forward({plugin_type!r}, {agent_socket!r})\n"
         "if code is not None:\n"
-        "    sys.exit(code)\n"
+        "    import posix\n"
+        "    posix._exit(code)\n"
     ) + cold
 
 

@@ -1,12 +1,15 @@
-"""IPAM delegates inside a worker: fork our own plugin instead of exec'ing its launcher.
+"""IPAM delegates inside a worker: our own plugin, run warm, instead of an exec of its launcher.
 
 bridge delegates to host-local by exec'ing ``ipam.type`` from CNI_PATH.  When that binary is one of
 our launchers pointing at this very agent, an exec would start an interpreter only to come back
-through the socket and fork again.  :class:`DelegateRunner` recognises that case and forks the
-delegate from the (already warm) worker instead: the same isolation as an exec -- own process,
-own state, own limit -- with exec's observable results.  In every other case (a foreign binary, a
-launcher for another agent or none) it returns None and :mod:`cnichain.common.invoke` execs as
-usual, so the semantics never depend on the shortcut.
+through the socket.  :class:`DelegateRunner` recognises that case and talks to the agent directly
+(:func:`cnichain.common.shim.exchange`, what the launcher would have done), so the delegate runs in
+a pooled, already-warm worker of its own: the same isolation as an exec -- own process, own state,
+own limit -- with exec's observable results, and neither a fork of this worker (whose every page
+would then be copied again) nor an interpreter start.  When the agent cannot take it (worker
+limit, draining, gone) the delegate is forked from this worker instead.  In every other case (a
+foreign binary, a launcher for another agent or none) it returns None and
+:mod:`cnichain.common.invoke` execs as usual, so the semantics never depend on the shortcut.
 """
 
 from __future__ import annotations
@@ -63,7 +66,15 @@ class DelegateRunner:
         path = env.get(shim.ENV_SOCKET, target[1])
         if path.lower() in shim.DISABLED or path != self.socket_path:
             return None  # that exec would not reach this agent: keep the exec semantics exactly
-        plugin = self.plugins[target[0]]
+        answer, _ = shim.exchange(self.socket_path, target[0], env, lambda: stdin)
+        if answer is not None:
+            return answer  # type: ignore[return-value]
+        return self._fork(target[0], env, stdin)
+
+    def _fork(self, plugin_type: str, env: dict, stdin: bytes) -> tuple[int, bytes, bytes]:
+        """Run the delegate in a child of this worker: when the agent cannot take it (at its worker
+        limit, draining, or gone), the request still never waits for, nor depends on, the agent."""
+        plugin = self.plugins[plugin_type]
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -91,4 +102,4 @@ class DelegateRunner:
                 return answer
         # Like an exec'd plugin that died: no JSON, a non-zero status.
         how = f"signal: {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit status {os.WEXITSTATUS(status)}"
-        return 1, b"", f"{target[0]} worker failed ({how})".encode()
+        return 1, b"", f"{plugin_type} worker failed ({how})".encode()

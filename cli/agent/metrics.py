@@ -50,11 +50,15 @@ class Metrics:
         self.refused: dict[str, int] = {}
         self.rejected = 0
         self.inflight = 0
+        self.workers: dict[str, int] = {}  # how request workers were started: "pooled" or "forked"
 
     def done(self, plugin: str, command: str, outcome: str, seconds: float) -> None:
         key = (plugin, command, outcome)
         self.requests[key] = self.requests.get(key, 0) + 1
         self.latency.setdefault((plugin, command), Histogram()).observe(seconds)
+
+    def worker_started(self, how: str) -> None:
+        self.workers[how] = self.workers.get(how, 0) + 1
 
     def refuse(self, reason: str) -> None:
         self.refused[reason] = self.refused.get(reason, 0) + 1
@@ -83,6 +87,10 @@ class Metrics:
             lines.append(f'cnichain_agent_refused_total{{reason="{_esc(reason)}"}} {n}')
         lines += _family("cnichain_agent_rejected_total", "counter", "Malformed requests answered with a CNI error.")
         lines.append(f"cnichain_agent_rejected_total {self.rejected}")
+        lines += _family("cnichain_agent_workers_started_total", "counter",
+                         "Request workers by origin: pooled (pre-forked and warm) or forked at the request.")
+        for how, n in sorted(self.workers.items()):
+            lines.append(f'cnichain_agent_workers_started_total{{how="{_esc(how)}"}} {n}')
         lines += _family("cnichain_agent_inflight", "gauge", "Requests whose worker is running.")
         lines.append(f"cnichain_agent_inflight {self.inflight}")
         lines += _family("cnichain_agent_start_time_seconds", "gauge", "Unix time the agent started.")

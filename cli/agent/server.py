@@ -23,13 +23,13 @@ import socket
 import time
 from typing import Any, Optional
 
-from cnichain.cli.agent import peer, protocol, sockets, worker
+from cnichain.cli.agent import peer, pool, protocol, sockets, worker
 from cnichain.cli.agent.config import GO_TIMEOUT, KILL_GRACE, READ_TIMEOUT, AgentConfig
 from cnichain.cli.agent.delegates import DelegateRunner
 from cnichain.cli.agent.log import AgentLog
 from cnichain.cli.agent.metrics import Metrics, http_request_complete, http_response
 from cnichain.cli.agent.protocol import AgentRequest, Refusal, RequestError
-from cnichain.cli.agent.warmup import load_plugins, preload
+from cnichain.cli.agent.warmup import exercise, load_plugins, preload
 from cnichain.common import shim
 from cnichain.common.errors import Code
 
@@ -38,7 +38,7 @@ class Conn:
     """One accepted connection and where it is in the handshake."""
 
     __slots__ = ("sock", "kind", "pid", "uid", "net_fd", "mnt_fd", "buf", "state", "deadline",
-                 "req", "child", "pidfd", "started", "killed")
+                 "req", "payload", "child", "pidfd", "pooled", "started", "killed")
 
     def __init__(self, sock: socket.socket, kind: str) -> None:
         self.sock = sock
@@ -49,8 +49,10 @@ class Conn:
         self.state = "read"  # read -> go -> run
         self.deadline = 0.0
         self.req: Optional[AgentRequest] = None
+        self.payload = b""  # the REQUEST payload as received, for a pooled worker to decode
         self.child = 0
         self.pidfd = -1
+        self.pooled = False
         self.started = 0.0
         self.killed = False
 
@@ -71,6 +73,8 @@ class Agent:
         self.listeners: dict[int, tuple[socket.socket, str, str, int]] = {}  # fd -> (sock, kind, path, inode)
         self.conns: dict[int, Conn] = {}
         self.children: dict[int, Conn] = {}  # pidfd -> conn
+        self.pool: dict[int, pool.Idle] = {}  # pidfd -> pre-forked worker not yet given a request
+        self.pool_retry_at = 0.0  # after a pooled worker died unused: when to try forking again
         self.draining = False
         self.drain_deadline = 0.0
         self.stop_now = False
@@ -87,6 +91,7 @@ class Agent:
         started = time.perf_counter()
         self.plugins = load_plugins(self.cfg.extra_plugins)
         loaded = preload(self.plugins)
+        loaded += exercise(self.plugins)
         gc.collect()
         gc.freeze()  # keep the warm heap shared with workers (no copy-on-write from the collector)
         self.log(f"warm in {(time.perf_counter() - started) * 1000:.0f} ms: plugins={','.join(sorted(self.plugins))} "
@@ -139,6 +144,7 @@ class Agent:
         self.drain_deadline = time.monotonic() + self.cfg.drain_limit
         self.log(f"draining ({why}): {len(self.children)} request(s) in flight")
         self._close_listeners()
+        self._close_pool()
         for conn in list(self.conns.values()):
             if conn.kind == "cni" and conn.state in ("read", "go"):
                 self._refuse(conn, "agent is shutting down", "draining")
@@ -160,6 +166,7 @@ class Agent:
             if self.draining and now >= self.drain_deadline:
                 self.log(f"drain timeout: leaving {len(self.children)} worker(s) to answer on their own")
                 break
+            self._refill()
             timeout = self._next_deadline(now)
             for key, _events in self.sel.select(timeout):
                 # An earlier event of this batch may have closed this one's object (a worker reaped
@@ -177,6 +184,7 @@ class Agent:
             self._handle_signals()
             self._expire(time.monotonic())
         self._close_listeners()
+        self._close_pool()
         for conn in list(self.conns.values()):
             self._close(conn)
         self.log("stopped")
@@ -192,6 +200,10 @@ class Agent:
             self._readable(arg)
         elif what == "child":
             self._reap(arg)
+        elif what == "idle-chan":
+            self._idle_message(arg)
+        elif what == "idle-exit":
+            self._idle_exited(arg)
 
     def _next_deadline(self, now: float) -> float:
         deadlines = [c.deadline for c in self.conns.values() if c.deadline]
@@ -287,6 +299,7 @@ class Agent:
             if frame is None:
                 return
             version, kind, payload = frame
+            conn.payload = payload
             if version != shim.VERSION:
                 raise Refusal(f"protocol version {version} is not supported (this agent speaks {shim.VERSION})")
             if kind != shim.REQUEST:
@@ -337,29 +350,122 @@ class Agent:
         conn.state = "run"
         conn.started = time.monotonic()
         conn.deadline = conn.started + self.cfg.request_timeout + KILL_GRACE
-        self.log.flush_before_fork()
         conn.sock.setblocking(True)
-        pid = os.fork()
-        if pid == 0:  # the worker
-            status = worker.EXIT_FAILED
-            try:
-                delegates = DelegateRunner(self.plugins, self.cfg.socket_path, self.cfg.request_timeout)
-                status = worker.run(conn.sock, conn.req, plugin, conn.net_fd, conn.mnt_fd, self.cfg.request_timeout,
-                                    delegates if self.cfg.fork_delegates else None)
-            except BaseException:  # noqa: BLE001 - the parent reports it; never unwind into the loop
+        pid, pidfd = self._take_pooled(conn)
+        conn.pooled = bool(pid)
+        if pid:
+            self.metrics.worker_started("pooled")
+        else:
+            self.log.flush_before_fork()
+            pid = os.fork()
+            if pid == 0:  # the worker
                 status = worker.EXIT_FAILED
-            finally:
-                os._exit(status)
+                try:
+                    delegates = DelegateRunner(self.plugins, self.cfg.socket_path, self.cfg.request_timeout)
+                    status = worker.run(conn.sock, conn.req, plugin, conn.net_fd, conn.mnt_fd,
+                                        self.cfg.request_timeout, delegates if self.cfg.fork_delegates else None)
+                except BaseException:  # noqa: BLE001 - the parent reports it; never unwind into the loop
+                    status = worker.EXIT_FAILED
+                finally:
+                    os._exit(status)
+            pidfd = os.pidfd_open(pid)
+            self.metrics.worker_started("forked")
         conn.child = pid
         conn.close_ns_fds()
-        conn.pidfd = os.pidfd_open(pid)
+        conn.pidfd = pidfd
         self.children[conn.pidfd] = conn
         self.metrics.inflight = len(self.children)
         self.sel.register(conn.pidfd, selectors.EVENT_READ, ("child", conn))
 
-    def _reap(self, conn: Conn) -> None:
+    # -- the pool of pre-forked workers ------------------------------------------------------------
+    def _take_pooled(self, conn: Conn) -> tuple[int, int]:
+        """Hand ``conn``'s request to a warm pooled worker: (pid, pidfd), or (0, -1) when none can
+        take it now (the caller forks one on the spot; a request never waits for the pool)."""
+        if len(conn.payload) > pool.MAX_JOB:
+            return 0, -1
+        while True:
+            idle = pool.next_ready(self.pool)
+            if idle is None:
+                return 0, -1
+            self._forget_idle(idle)
+            if pool.hand_over(idle, conn.payload, conn.sock, conn.net_fd, conn.mnt_fd):
+                pidfd, idle.pidfd = idle.pidfd, -1  # now the request's worker; its pidfd moves to conn
+                idle.close()
+                return idle.pid, pidfd
+            self._discard_idle(idle)  # it died between "ready" and now: try the next one
+
+    def _refill(self) -> None:
+        """Fork one pooled worker when the pool is short and no request is running.
+
+        One per loop turn keeps the loop lively; waiting for a moment without running requests
+        keeps the fork (~1 ms of the loop) and the worker's first steps from competing with them.
+        Under sustained load the pool stays empty and requests fork their workers as before.
+        """
+        if (self.draining or self.children or len(self.pool) >= self.cfg.pool_size
+                or time.monotonic() < self.pool_retry_at):
+            return
+        self.log.flush_before_fork()
         try:
-            _pid, status = os.waitpid(conn.child, 0)
+            idle = pool.spawn(self.plugins, self.cfg.socket_path, self.cfg.request_timeout, self.cfg.fork_delegates)
+        except OSError as exc:
+            self.log(f"pool: cannot fork a worker: {exc}")
+            self.pool_retry_at = time.monotonic() + 1.0
+            return
+        self.pool[idle.pidfd] = idle
+        self.sel.register(idle.chan, selectors.EVENT_READ, ("idle-chan", idle))
+        self.sel.register(idle.pidfd, selectors.EVENT_READ, ("idle-exit", idle))
+
+    def _idle_message(self, idle: pool.Idle) -> None:
+        try:
+            msg = idle.chan.recv(64)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            msg = b""
+        if msg == pool.READY:
+            idle.ready = True
+        elif not msg:
+            self._unregister(idle.chan)  # it is exiting; its pidfd tells when
+
+    def _idle_exited(self, idle: pool.Idle) -> None:
+        """A pooled worker left before it was given a request: something is wrong with warming."""
+        self.log(f"pool: worker {idle.pid} exited before serving a request")
+        self._forget_idle(idle)
+        self._discard_idle(idle)
+        self.pool_retry_at = time.monotonic() + 1.0
+
+    def _forget_idle(self, idle: pool.Idle) -> None:
+        self._unregister(idle.chan)
+        self._unregister(idle.pidfd)
+        self.pool.pop(idle.pidfd, None)
+
+    def _discard_idle(self, idle: pool.Idle) -> None:
+        """Kill an unused pooled worker (it holds no request) and reap it."""
+        try:
+            os.kill(idle.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            os.waitpid(idle.pid, 0)
+        except ChildProcessError:
+            pass
+        idle.close()
+
+    def _close_pool(self) -> None:
+        idles = list(self.pool.values())
+        for idle in idles:  # all signalled first: a worker still warming at SCHED_IDLE may be slow to go
+            self._forget_idle(idle)
+            try:
+                os.kill(idle.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for idle in idles:
+            self._discard_idle(idle)
+
+    def _reap(self, conn: Conn) -> None:
+        usage = None
+        try:
+            _pid, status, usage = os.wait4(conn.child, 0)
         except ChildProcessError:
             status = 0
         elapsed = time.monotonic() - conn.started
@@ -372,7 +478,8 @@ class Agent:
             sockets.send_quietly(conn.sock, protocol.error_result(msg))
         self.log(
             f"request plugin={req.plugin_type} command={req.command or '-'} container={req.container_id} "
-            f"exit={code} outcome={outcome} ms={elapsed * 1000:.1f} worker={conn.child}"
+            f"exit={code} outcome={outcome} ms={elapsed * 1000:.1f} worker={conn.child}{'/pooled' if conn.pooled else ''}"
+            + (f" cpu_ms={(usage.ru_utime + usage.ru_stime) * 1000:.1f} faults={usage.ru_minflt}" if usage else "")
         )
         self._unregister(conn.pidfd)
         del self.children[conn.pidfd]

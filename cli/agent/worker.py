@@ -67,17 +67,23 @@ def _keep_only_fds(keep: set[int]) -> None:
     os.closerange(low, 1 << 20)
 
 
-def run(conn: socket.socket, req: protocol.AgentRequest, plugin: Any, net_fd: int, mnt_fd: int, limit: float,
-        delegates: Optional[Any] = None) -> int:
-    """Run one request in this (forked) process and answer the shim; returns the exit status."""
+def detach(keep: set[int]) -> None:
+    """Leave the agent behind in a forked child: default signal handling, no wakeup fd, no
+    descriptors but ``keep`` (and stdout/stderr), stdin from /dev/null."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM, signal.SIGCHLD, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
     signal.set_wakeup_fd(-1)
-    arm_alarm(limit)  # default action: terminate; bounds any hang
-    _keep_only_fds({conn.fileno(), net_fd, mnt_fd})
+    _keep_only_fds(keep)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
+
+
+def run(conn: socket.socket, req: protocol.AgentRequest, plugin: Any, net_fd: int, mnt_fd: int, limit: float,
+        delegates: Optional[Any] = None) -> int:
+    """Run one request in this (forked or pooled) process and answer the shim; returns the exit status."""
+    detach({conn.fileno(), net_fd, mnt_fd})
+    arm_alarm(limit)  # default action: terminate; bounds any hang
     peer.enter(net_fd, mnt_fd)
     os.close(net_fd)
     os.close(mnt_fd)

@@ -318,8 +318,9 @@ def test_fallback_when_the_agent_stops_in_the_middle_of_a_chain_run(setup, lab, 
             runtime.check(conf, att)
         log = open(agent.log_path).read()
     assert log.count("plugin=bridge command=ADD") == 3 and log.count("plugin=tuning command=CHECK") == 3
-    # bridge's host-local delegate would come back to this agent: it ran in a fork of the worker
-    assert "plugin=host-local" not in log
+    # bridge's host-local delegate would come back to this agent: the worker asked the agent itself
+    # (no launcher exec), so it ran as a request of its own, in a worker of its own
+    assert log.count("plugin=host-local command=ADD") == 3
     for att in pods:
         lab.run(att.netns, "ping", "-c1", "-W2", "10.78.0.1")
         runtime.delete(conf, att)
@@ -454,3 +455,54 @@ def test_many_short_requests_keep_the_agent_up(setup):
         assert agent.proc.poll() is None
         wait_for(lambda: 'command="DEL",outcome="ok"} 40' in agent.metrics())
         assert "internal error" not in open(agent.log_path).read()
+
+
+# -- the pool of pre-forked workers ---------------------------------------------------------------
+
+
+def _pool_ready(agent, n: int) -> None:
+    """Wait until ``n`` pooled workers exist (children of the agent that are not serving)."""
+    def children() -> list[int]:
+        with open(f"/proc/{agent.pid}/task/{agent.pid}/children") as fh:
+            return [int(x) for x in fh.read().split()]
+    wait_for(lambda: len(children()) >= n)
+
+
+def test_pooled_workers_serve_one_request_each_in_the_callers_namespace(setup, lab):
+    with setup.agent("--pool", "2") as agent:
+        _pool_ready(agent, 2)
+        time.sleep(0.3)  # let them finish warming
+        for i in range(4):
+            code, out, err = run(setup.warm, "probe", "ADD", probe_conf(setup), lab.node, CNI_CONTAINERID=f"p{i}")
+            assert code == 0, out + err
+            time.sleep(0.2)
+        wait_for(lambda: 'outcome="ok"} 4' in agent.metrics())
+        text = agent.metrics()
+    recs = [r for r in setup.records() if r["phase"] == "start"]
+    assert len({r["pid"] for r in recs}) == 4  # never a worker twice
+    assert all(r["netns"] == ns_inode(lab.node) for r in recs)
+    assert all(r["cwd"] == "/" for r in recs)
+    assert 'cnichain_agent_workers_started_total{how="pooled"}' in text
+
+
+def test_pooled_workers_do_not_keep_a_killed_agents_socket_alive(setup):
+    """Idle workers drop the listener at once: a dead agent's socket refuses, the shim goes cold."""
+    with setup.agent("--pool", "3") as agent:
+        _pool_ready(agent, 3)
+        agent.kill()
+        started = time.monotonic()
+        proc = start(setup.warm, "probe", "ADD", probe_conf(setup))
+        assert finish(proc)[0] == 0
+        assert setup.records()[-1]["pid"] == proc.pid  # ran cold ...
+        assert time.monotonic() - started < shim.CONNECT_TIMEOUT + shim.ACK_TIMEOUT  # ... without a timeout
+
+
+def test_without_a_pool_and_with_a_request_too_big_for_one_workers_are_forked(setup):
+    big = probe_conf(setup, padding="x" * (100 << 10))  # more than one pool message carries
+    for args in (("--pool", "0"), ()):
+        with setup.agent(*args) as agent:
+            code, out, err = run(setup.warm, "probe", "ADD", big)
+            assert code == 0, out + err
+            assert json.loads(out) == {"cniVersion": "1.0.0"}
+            wait_for(lambda: 'how="forked"} 1' in agent.metrics())
+            assert 'how="pooled"' not in agent.metrics()
