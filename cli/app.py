@@ -261,12 +261,14 @@ def agent(
     request_timeout: float = typer.Option(60.0, "--request-timeout", help="Seconds before a request's worker is killed"),
     max_workers: int = typer.Option(64, "--max-workers", help="Concurrent requests; more are sent back to the cold path"),
     log_file: str = typer.Option("", "--log-file", help="Request log (default: stderr)"),
+    pool: int = typer.Option(6, "--pool", help="Workers forked and warmed ahead of demand (0: fork per request)"),
 ) -> None:
     """Run the node agent in the foreground: warm plugin handlers behind the installed shims."""
     from cnichain.cli.agent import serve
 
     raise typer.Exit(serve(socket_path, metrics_socket=metrics_socket, metrics_port=metrics_port,
-                           request_timeout=request_timeout, max_workers=max_workers, log_file=log_file or None))
+                           request_timeout=request_timeout, max_workers=max_workers, log_file=log_file or None,
+                           pool_size=max(0, pool)))
 
 
 def main() -> None:

@@ -26,7 +26,8 @@ class AgentConfig:
     request_timeout: float = 60.0
     max_request: int = MAX_REQUEST
     max_workers: int = 64
-    pool_size: int = 4  # pre-forked, pre-warmed workers kept ready (0: fork at each request)
+    pool_size: int = 6  # pre-forked, pre-warmed workers kept ready (0: fork at each request); one
+    # pod through a five-plugin chain takes six (bridge's IPAM delegate is a request too), ~5 MB each
     drain_timeout: Optional[float] = None  # default: request_timeout + KILL_GRACE
     log_file: Optional[str] = None  # default: stderr
     extra_plugins: dict[str, str] = field(default_factory=dict)  # type -> module exposing PLUGIN
@@ -52,7 +53,7 @@ def parse_args(argv: Optional[list[str]] = None) -> AgentConfig:
     p.add_argument("--metrics-port", type=int, default=0, help="also serve metrics on 127.0.0.1:PORT")
     p.add_argument("--request-timeout", type=float, default=60.0)
     p.add_argument("--max-workers", type=int, default=64)
-    p.add_argument("--pool", type=int, default=4, metavar="N",
+    p.add_argument("--pool", type=int, default=6, metavar="N",
                    help="pre-forked, pre-warmed workers kept ready (0 = fork one per request)")
     p.add_argument("--drain-timeout", type=float, default=None)
     p.add_argument("--log-file", default=None)
