@@ -3,7 +3,8 @@
 A cold plugin exec pays for interpreter start-up and the pyroute2 import (150-200 ms).  The agent
 pays once: at start it imports every plugin and what they use, then serves requests from the
 installed shims (:mod:`cnichain.common.shim`) on a root-only unix socket.  Each request runs the
-same :func:`cnichain.common.skel.dispatch` the cold path runs, in a child forked for it:
+same :func:`cnichain.common.skel.dispatch` the cold path runs, in a child forked for it (ahead of
+demand when the pool has one ready, see ``pool``):
 
 * the child enters the caller's network and mount namespaces (opened from the peer's pid the
   moment the connection is accepted, then checked against the namespace the shim says it is in),
@@ -25,6 +26,7 @@ The modules, one job each (pure ones marked):
 ``sockets``    listening sockets set up safely; send-and-forget writes
 ``warmup``     importing every plugin and heavy library before the first fork
 ``worker``     the forked child: isolate, dispatch, answer; what its exit status means
+``pool``       workers forked and warmed ahead of demand, handed one request each (SCM_RIGHTS)
 ``delegates``  IPAM delegates forked inside a worker instead of exec'd back to us
 ``log``        the request log
 ``server``     the event loop: accept, handshake, fork, reap, expire, drain
