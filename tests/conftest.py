@@ -22,6 +22,24 @@ from cnichain.common.version import ALL
 REFERENCE_DIR = os.environ.get("CNICHAIN_REFERENCE_DIR", "/usr/lib/cni")
 
 
+def pytest_configure(config: Any) -> None:
+    """As root, move the whole test process into a private network namespace first.
+
+    Integration tests already work in lab namespaces; this is the safety net for everything else:
+    a unit test that reaches the kernel by mistake (an in-process ADD, an nft call) changes a
+    throwaway namespace that dies with the test run, never the machine's own.
+    """
+    if os.geteuid() != 0 or os.environ.get("CNICHAIN_TEST_KEEP_NETNS") == "1":
+        return
+    import ctypes
+    import subprocess
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(0x40000000) != 0:  # CLONE_NEWNET
+        raise pytest.UsageError(f"cannot unshare the network namespace: {os.strerror(ctypes.get_errno())}")
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+
+
 def pytest_collection_modifyitems(config: Any, items: list) -> None:
     if os.geteuid() == 0 and shutil.which("ip"):
         return
