@@ -30,10 +30,8 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -72,36 +70,6 @@ def conflist() -> dict:
     }
 
 
-def wait_listening(lab: Lab, ns: str, port: int, deadline: float) -> None:
-    while time.monotonic() < deadline:
-        out = lab.run(ns, "ss", "-Hltn", f"sport = :{port}", check=False).stdout
-        if out.strip():
-            return
-        time.sleep(0.05)
-    raise RuntimeError("iperf3 server did not start")
-
-
-def iperf(lab: Lab, pod: str, client: str, server_ip: str, port: int, seconds: int, omit: int, reverse: bool) -> float:
-    """One bounded iperf3 TCP run; returns the receiver's bits/s."""
-    server = lab.popen(pod, "iperf3", "-s", "-1", "-B", server_ip, "-p", str(port),
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_listening(lab, pod, port, time.monotonic() + 10)
-        argv = ["iperf3", "-c", server_ip, "-p", str(port), "-t", str(seconds), "-O", str(omit), "-J",
-                "--connect-timeout", "3000"] + (["-R"] if reverse else [])
-        proc = lab.run(client, *argv, check=False, timeout=seconds + omit + 30)
-        data = json.loads(proc.stdout or "{}")
-        if "error" in data:
-            raise RuntimeError(f"iperf3: {data['error']}")
-        return float(data["end"]["sum_received"]["bits_per_second"])
-    finally:
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-
-
 def run(rates_mbit: list[float], mode: str, seconds: int, omit: int, bin_dir: str) -> list[dict]:
     rows = []
     with Lab(prefix="bwbench") as lab:
@@ -119,8 +87,8 @@ def run(rates_mbit: list[float], mode: str, seconds: int, omit: int, bin_dir: st
             result = runtime.add(conf, att)
             pod_ip = result["ips"][0]["address"].split("/")[0]
             try:
-                ingress = iperf(lab, pod, client, pod_ip, 5201, seconds, omit, reverse=False)
-                egress = iperf(lab, pod, client, pod_ip, 5201, seconds, omit, reverse=True)
+                ingress = lab.iperf(pod, client, pod_ip, seconds, omit, reverse=False)
+                egress = lab.iperf(pod, client, pod_ip, seconds, omit, reverse=True)
             finally:
                 runtime.delete(conf, att)
                 lab.delete_netns(pod)

@@ -9,11 +9,13 @@ veths, IFBs, nftables tables, tc qdiscs) live inside these namespaces and die wi
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 
 NETNS_DIR = "/run/netns"
@@ -80,6 +82,39 @@ class Lab:
         self.run(self.node, "ip", "link", "set", node_if, "up")
         self.run(ns, "ip", "link", "set", peer_if, "up")
         return node_if
+
+    def wait_listening(self, ns: str, port: int, timeout: float = 10.0) -> None:
+        """Wait (bounded) until something listens on TCP ``port`` inside ``ns``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.run(ns, "ss", "-Hltn", f"sport = :{port}", check=False).stdout.strip():
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"nothing listens on port {port} in {os.path.basename(ns)}")
+
+    def iperf(self, server_ns: str, client_ns: str, server_ip: str, seconds: int = 3, omit: int = 1,
+              reverse: bool = False, port: int = 5201) -> float:
+        """One bounded iperf3 TCP run between two lab namespaces; the receiver's bits/s.
+
+        The server serves one test and exits (``-1``); ``reverse`` sends from server to client.
+        """
+        server = self.popen(server_ns, "iperf3", "-s", "-1", "-B", server_ip, "-p", str(port),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            self.wait_listening(server_ns, port)
+            argv = ["iperf3", "-c", server_ip, "-p", str(port), "-t", str(seconds), "-O", str(omit), "-J",
+                    "--connect-timeout", "3000"] + (["-R"] if reverse else [])
+            proc = self.run(client_ns, *argv, check=False, timeout=seconds + omit + 30)
+            data = json.loads(proc.stdout or "{}")
+            if "error" in data:
+                raise RuntimeError(f"iperf3: {data['error']}")
+            return float(data["end"]["sum_received"]["bits_per_second"])
+        finally:
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
 
     def path(self, *parts: str) -> str:
         full = os.path.join(self.workdir, *parts)

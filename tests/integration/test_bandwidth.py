@@ -10,8 +10,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import subprocess
-import time
 
 import pytest
 
@@ -364,26 +362,6 @@ def test_gc_removes_ifbs_of_vanished_attachments(lab, make_runtime, plugin_dir, 
 
 # -- real traffic --------------------------------------------------------------------------------
 
-def _iperf(lab, server_ns, client_ns, server_ip, reverse) -> float:
-    server = lab.popen(server_ns, "iperf3", "-s", "-1", "-B", server_ip, "-p", "5201",
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if lab.run(server_ns, "ss", "-Hltn", "sport = :5201", check=False).stdout.strip():
-                break
-            time.sleep(0.05)
-        argv = ["iperf3", "-c", server_ip, "-p", "5201", "-t", "3", "-O", "1", "-J", "--connect-timeout", "3000"]
-        proc = lab.run(client_ns, *argv, *(["-R"] if reverse else []), check=False, timeout=40)
-        return float(json.loads(proc.stdout)["end"]["sum_received"]["bits_per_second"])
-    finally:
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-
-
 def test_traffic_is_shaped_at_10_mbit(lab, make_runtime, plugin_dir, reference_dir):
     """A tolerant rate check (the accuracy table lives in benchmarks/bandwidth_accuracy.py)."""
     rt = runtime(make_runtime, plugin_dir, reference_dir)
@@ -394,8 +372,8 @@ def test_traffic_is_shaped_at_10_mbit(lab, make_runtime, plugin_dir, reference_d
     limits = {"ingressRate": 10_000_000, "ingressBurst": 1_000_000, "egressRate": 10_000_000, "egressBurst": 1_000_000}
     pod, att, result = add_pod(lab, rt, conf, limits=limits)
     pod_ip = result["ips"][0]["address"].split("/")[0]
-    into_pod = _iperf(lab, pod, client, pod_ip, reverse=False)
-    out_of_pod = _iperf(lab, pod, client, pod_ip, reverse=True)
+    into_pod = lab.iperf(pod, client, pod_ip, reverse=False)
+    out_of_pod = lab.iperf(pod, client, pod_ip, reverse=True)
     for measured in (into_pod, out_of_pod):
         assert 7_500_000 <= measured <= 12_500_000, (into_pod, out_of_pod)
     rt.delete(conf, att)
