@@ -77,7 +77,7 @@ def populate_ours(n: int) -> None:
     from cnichain.plugins.portmap import layout
     from cnichain.plugins.portmap.config import parse_config
 
-    batch: list[str] = []
+    batch: list[str] = ["\n".join(layout.skeleton()) + "\n"]  # the table, as the first ADD builds it
     for i in range(n):
         plan = layout.plan_owner(NETWORK, f"other{i}", parse_config(conf(i)), {4: pod_ip(i)})
         batch.append(layout.fast_add(plan))

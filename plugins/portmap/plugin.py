@@ -93,6 +93,9 @@ def cmd_check(req: Request) -> None:
         return None
     from . import tables
 
+    for chain, rules in layout.SKELETON_RULES.items():
+        if (tables.chain_rule_count(chain) or 0) < rules:
+            raise plugin_error(f'missing hostport rules in shared chain "{chain}" of table {layout.T}')
     have = tables.owner_comments(plan.owner)
     if have is None:
         raise plugin_error(f'missing hostport rules: chain "{layout.dnat_chain(plan.owner)}" not found')

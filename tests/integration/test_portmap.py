@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from cnichain.cli.runtime import Attachment, ConfList
+from cnichain.cli.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common.types import Result
 from cnichain.plugins.portmap import layout
 
@@ -72,6 +72,13 @@ def fetch(lab, ns, addr, port, proto="TCP") -> str:
     return out.stdout.strip()
 
 
+def wait_no_tentative(lab, ns, timeout: float = 5.0) -> None:
+    """Wait (bounded) until no IPv6 address in ``ns`` is still tentative (duplicate detection)."""
+    deadline = time.monotonic() + timeout
+    while lab.run(ns, "ip", "-6", "addr", "show", "tentative").stdout.strip() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def pod_ips(result: dict) -> dict[int, str]:
     out = {}
     for ip in result.get("ips", []):
@@ -97,6 +104,7 @@ def test_traffic_v4_v6_localhost_hairpin_then_del(lab, node):
     result = runtime.add(conf, att)
     ips = pod_ips(result)
     assert set(ips) == {4, 6}
+    wait_no_tentative(lab, lab.node)  # a fresh bridge's IPv6 gateway answers only after DAD
     servers = [serve(lab, pod, 80, "tcp-pod"), serve(lab, pod, 53, "udp-pod", "UDP")]
     try:
         assert fetch(lab, client, NODE4, 8080) == "tcp-pod"
@@ -384,3 +392,17 @@ def test_udp_conntrack_flushed_on_add(lab, node):
     listed = lab.run(lab.node, "conntrack", "-L", "-p", "udp", "--dport", "5454", check=False)
     assert "dport=5454" not in listed.stdout
     runtime.delete(conf, att)
+
+
+def test_check_reports_a_hand_flushed_shared_chain(lab, node):
+    """ADD does not redeclare the shared chains (that costs ~15 ms per exec), so CHECK watches them."""
+    runtime, _client = node
+    conf = bridge_conflist(lab, dual=False)
+    att = Attachment("ctr-shared", lab.netns("pod"), "eth0",
+                     capability_args={"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]})
+    runtime.add(conf, att)
+    runtime.check(conf, att)
+    lab.run(lab.node, "nft", "flush", "chain", "inet", layout.TABLE, "prerouting")
+    with pytest.raises(PluginFailed, match='shared chain "prerouting"'):
+        runtime.check(conf, att)
+    runtime.delete(conf, Attachment("ctr-shared", att.netns, "eth0"))
