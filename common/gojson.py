@@ -251,14 +251,23 @@ class Map(GoType):
 
 
 class Field:
-    """One struct field: its json name, its Go type, and its Go field name (for docs and tests)."""
+    """One struct field: its json name, its Go type, and how a Go program without json tags spells
+    it (``hostIP`` -> ``HostIP``, ``snat`` -> ``SNAT``; default: the name with a capital first letter).
+
+    The Go spelling matters because containerd's go-cni marshals its structs without tags; tests use
+    it to send every key the way such a runtime would.  It must be a case variant of the json name,
+    since that is all Go's decoder matches.
+    """
 
     __slots__ = ("name", "type", "go_field")
 
     def __init__(self, name: str, type: GoType, go_field: str = "") -> None:
+        go_field = go_field or name[:1].upper() + name[1:]
+        if fold(go_field) != fold(name):
+            raise ValueError(f"Go spelling {go_field!r} does not match json name {name!r}")
         self.name = name
         self.type = type
-        self.go_field = go_field or name[:1].upper() + name[1:]
+        self.go_field = go_field
 
 
 class Struct(GoType):

@@ -51,8 +51,8 @@ NETCONF = gojson.Struct("types.NetConf", [
     ("capabilities", gojson.Map(gojson.BOOL)),
     gojson.Field("ipam", gojson.Struct("types.IPAM", [("type", gojson.STRING)]), "IPAM"),
     gojson.Field("dns", DNS_SCHEMA, "DNS"),
-    gojson.Field("prevResult", gojson.Map(gojson.ANY), "RawPrevResult"),
-    gojson.Field("cni.dev/valid-attachments", gojson.List(GC_ATTACHMENT), "ValidAttachments"),
+    ("prevResult", gojson.Map(gojson.ANY)),
+    ("cni.dev/valid-attachments", gojson.List(GC_ATTACHMENT)),
 ])
 # What libcni's skeleton itself decodes before calling the plugin: the name, then the version.
 _NAME_ONLY = gojson.Struct("", [("name", gojson.STRING)])

@@ -113,7 +113,7 @@ SCHEMA = gojson.Struct("main.PortMapConf", [
     ("externalSetMarkChain", gojson.Ptr(gojson.STRING)),
     ("backend", gojson.Ptr(gojson.STRING)),
     ("runtimeConfig", gojson.Struct("", [
-        gojson.Field("portMappings", gojson.List(PORT_MAPPING), "PortMaps"),
+        ("portMappings", gojson.List(PORT_MAPPING)),
     ])),
 ])
 
