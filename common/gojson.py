@@ -62,11 +62,9 @@ def kind(value: Any) -> str:
 
 
 def _number_text(value: Any) -> str:
-    """A number as Go quotes it in ``cannot unmarshal number X``."""
-    if isinstance(value, float):
-        text = repr(value)
-        return text[:-2] if text.endswith(".0") and "e" not in text else text
-    return str(value)
+    """A number as Go quotes it in ``cannot unmarshal number X`` (Go quotes the literal; Python's
+    parser keeps only the value, so ``1e3`` reads back as ``1000.0``)."""
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 class _Ctx:
