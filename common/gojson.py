@@ -15,8 +15,8 @@ canonical (json tag) names, with Go's rules:
   leaves any other field as it was.  An absent field keeps its zero value: ``None`` for pointers,
   slices, maps and IPs, ``False``/``0``/``""`` otherwise.  A struct field seen twice is merged.
 * **Text types** (``net.IP``, ``types.IPNet``) parse their string: an empty string leaves a
-  ``net.IP`` unset, exactly as Go's ``net.IP.UnmarshalText`` does, while an empty CIDR is an error
-  (``invalid CIDR address: ``) as in libcni's ``types.IPNet``.
+  ``net.IP`` unset, exactly as Go's ``net.IP.UnmarshalText`` does, while an empty (or ``null``)
+  CIDR is an error (``invalid CIDR address: ``) as in libcni's ``types.IPNet``.
 * **A value of the wrong JSON type** fails with Go's text, ``json: cannot unmarshal <kind> into Go
   struct field <Struct>.<path> of type <type>``, where ``<Struct>`` is the innermost struct type and
   ``<path>`` the json names from the top; callers prefix their own context (``failed to load
@@ -112,6 +112,11 @@ class GoType:
     def mismatch(self, value: Any, ctx: _Ctx) -> DecodeError:
         return ctx.type_error(kind(value), self.go_name)
 
+    def null(self, ctx: _Ctx, current: Any) -> Any:
+        """What JSON ``null`` does to a value of this type: nil for pointers, slices, maps and
+        interfaces, nothing otherwise."""
+        return None if self.nilable else current
+
 
 class _Bool(GoType):
     __slots__ = ()
@@ -189,16 +194,22 @@ class _IP(GoType):
 class _CIDR(GoType):
     """libcni's ``types.IPNet``: a CIDR string keeping the host bits (``10.1.0.5/16``).
 
-    Decodes to an ``ipaddress`` interface object.  An empty string is an error, as in libcni.
+    Decodes to an ``ipaddress`` interface object; absent is None.  The type has its own
+    ``UnmarshalJSON``, which decodes the raw value into a Go ``string`` and parses that, so:
+    an empty string *and* ``null`` fail as ``invalid CIDR address: `` (Go hands ``null`` to a
+    non-pointer's UnmarshalJSON), and a wrong JSON type names ``string`` as the Go type (the
+    inner decode's error, which the outer decoder labels with the field it was filling).
     """
 
     __slots__ = ()
-    nilable = True
 
     def decode(self, value: Any, ctx: _Ctx, current: Any = None) -> Any:
         if not isinstance(value, str):
-            raise self.mismatch(value, ctx)
+            raise ctx.type_error(kind(value), "string")
         return parse_cidr(value, ctx)
+
+    def null(self, ctx: _Ctx, current: Any) -> Any:
+        return parse_cidr("", ctx)
 
 
 class Ptr(GoType):
@@ -265,7 +276,9 @@ class Struct(GoType):
     """A Go struct: decodes a JSON object into a dict holding every declared field.
 
     ``fields`` may be :class:`Field` objects or ``(json name, type)`` pairs.  An anonymous struct
-    (``RuntimeConfig struct {...}``) has the empty name, which Go's errors show as ``.field``.
+    (``RuntimeConfig struct {...}``) has the empty name, which Go's errors show as ``.field``; its
+    ``go_name`` may spell out the literal type (``struct { Mac string "json:\\"mac\\"" }``), which is
+    what Go prints as the type when the struct itself receives a value of the wrong kind.
     """
 
     __slots__ = ("fields", "_by_name", "_by_fold")
@@ -281,7 +294,7 @@ class Struct(GoType):
     @property
     def short_name(self) -> str:
         """``main.PortMapConf`` -> ``PortMapConf``: Go names the struct without its package in errors."""
-        return "" if self.go_name == "struct" else self.go_name.rsplit(".", 1)[-1]
+        return "" if self.go_name.startswith("struct") else self.go_name.rsplit(".", 1)[-1]
 
     def zero_value(self) -> dict:
         return {f.name: _zero(f.type) for f in self.fields}
@@ -301,8 +314,7 @@ class Struct(GoType):
             if f is None:
                 continue
             if item is None:
-                if f.type.nilable:
-                    out[f.name] = None
+                out[f.name] = f.type.null(inner.at(f.name), out[f.name])
                 continue
             out[f.name] = f.type.decode(item, inner.at(f.name), out[f.name])
         return out
@@ -314,7 +326,7 @@ def _zero(t: GoType) -> Any:
 
 
 def _element(elem: GoType, item: Any, ctx: _Ctx) -> Any:
-    return _zero(elem) if item is None else elem.decode(item, ctx)
+    return elem.null(ctx, _zero(elem)) if item is None else elem.decode(item, ctx)
 
 
 # The Go types the plugins use.
