@@ -39,8 +39,11 @@ from .errors import CniError, plugin_error
 class DecodeError(CniError):
     """A Go decoding failure (code 999, the reference reports a plain error)."""
 
-    def __init__(self, msg: str) -> None:
+    def __init__(self, msg: str, type_error: Optional[tuple[str, str]] = None) -> None:
         super().__init__(999, msg)
+        # (value text, Go type) of an UnmarshalTypeError, which an enclosing decoder relabels
+        # with its own field (see :class:`Custom`); None for other errors.
+        self.type_error = type_error
 
 
 def fold(key: str) -> str:
@@ -90,7 +93,10 @@ class _Ctx:
             where = f"Go struct field {self.struct}.{self.path}"
         else:
             where = "Go value"
-        return DecodeError(f"{self.prefix}json: cannot unmarshal {value_text} into {where} of type {go_type}")
+        return DecodeError(
+            f"{self.prefix}json: cannot unmarshal {value_text} into {where} of type {go_type}",
+            (value_text, go_type),
+        )
 
     def text_error(self, message: str) -> DecodeError:
         return DecodeError(f"{self.prefix}{message}")
@@ -101,6 +107,7 @@ class GoType:
 
     __slots__ = ("go_name",)
     nilable = False  # pointers, slices, maps, interface{}: JSON null resets them to nil
+    text = False  # an encoding.TextUnmarshaler: Go names a pointer to it, not the type, in type errors
     zero: Any = None
 
     def __init__(self, go_name: str) -> None:
@@ -182,6 +189,7 @@ class _IP(GoType):
 
     __slots__ = ()
     nilable = True
+    text = True
 
     def decode(self, value: Any, ctx: _Ctx, current: Any = None) -> Any:
         if not isinstance(value, str):
@@ -223,7 +231,38 @@ class Ptr(GoType):
         self.elem = elem
 
     def decode(self, value: Any, ctx: _Ctx, current: Any = None) -> Any:
+        if self.elem.text and not isinstance(value, str):
+            raise self.mismatch(value, ctx)  # Go reports the field's own type here: *net.IP
         return self.elem.decode(value, ctx, current)
+
+
+class Custom(GoType):
+    """A type with its own ``UnmarshalJSON`` that decodes into an inner struct (libcni's
+    ``types.Route`` into ``types.route``): the inner decode's type errors keep their value and Go
+    type but are relabelled with the field the outer decoder was filling when it called
+    ``UnmarshalJSON``, which is what Go's ``addErrorContext`` does to an error returned from it
+    (``Go struct field IPAMConfig.ipam.routes of type int`` for a string ``mtu``)."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: GoType, go_name: str = "") -> None:
+        super().__init__(go_name or inner.go_name)
+        self.inner = inner
+
+    def zero_value(self) -> Any:
+        return _zero(self.inner)
+
+    def decode(self, value: Any, ctx: _Ctx, current: Any = None) -> Any:
+        try:
+            return self.inner.decode(value, _Ctx("", "", ctx.prefix), current)
+        except DecodeError as exc:
+            if exc.type_error is None or not ctx.path:
+                raise
+            raise ctx.type_error(*exc.type_error) from None
+
+    def null(self, ctx: _Ctx, current: Any) -> Any:
+        # UnmarshalJSON("null") decodes nothing into a fresh inner value: the zero value.
+        return _zero(self.inner)
 
 
 class List(GoType):
@@ -322,7 +361,7 @@ class Struct(GoType):
 
 def _zero(t: GoType) -> Any:
     """A fresh zero value (a nested struct's zero is a dict of its own zero fields)."""
-    return t.zero_value() if isinstance(t, Struct) else t.zero
+    return t.zero_value() if isinstance(t, (Struct, Custom)) else t.zero
 
 
 def _element(elem: GoType, item: Any, ctx: _Ctx) -> Any:
