@@ -17,7 +17,8 @@ canonical (json tag) names, with Go's rules:
 * **Text types** (``net.IP``, ``types.IPNet``) parse their string: an empty string leaves a
   ``net.IP`` unset, exactly as Go's ``net.IP.UnmarshalText`` does, while an empty (or ``null``)
   CIDR is an error (``invalid CIDR address: ``) as in libcni's ``types.IPNet``.
-* **A value of the wrong JSON type** fails with Go's text, ``json: cannot unmarshal <kind> into Go
+* **A value of the wrong JSON type** fails with Go's text (the first one in document order, unless
+  a later value aborts decoding: a text that does not parse, as with Go's ``saveError``), ``json: cannot unmarshal <kind> into Go
   struct field <Struct>.<path> of type <type>``, where ``<Struct>`` is the innermost struct type and
   ``<path>`` the json names from the top; callers prefix their own context (``failed to load
   netconf: ``) through the ``prefix`` argument.  Fractions and out-of-range numbers for integer
@@ -73,20 +74,32 @@ def _number_text(value: Any) -> str:
 
 
 class _Ctx:
-    """Where the decoder is: the innermost struct's Go type name and the json path from the top."""
+    """Where the decoder is: the innermost struct's Go type name and the json path from the top,
+    plus the type error saved so far in this ``json.Unmarshal`` call (shared by all its contexts)."""
 
-    __slots__ = ("struct", "path", "prefix")
+    __slots__ = ("struct", "path", "prefix", "saved")
 
-    def __init__(self, struct: str, path: str, prefix: str) -> None:
+    def __init__(self, struct: str, path: str, prefix: str, saved: Optional[list] = None) -> None:
         self.struct = struct
         self.path = path
         self.prefix = prefix
+        self.saved: list[DecodeError] = [] if saved is None else saved
 
     def at(self, name: str) -> "_Ctx":
-        return _Ctx(self.struct, f"{self.path}.{name}" if self.path else name, self.prefix)
+        return _Ctx(self.struct, f"{self.path}.{name}" if self.path else name, self.prefix, self.saved)
 
     def inside(self, struct: str) -> "_Ctx":
-        return _Ctx(struct, self.path, self.prefix)
+        return _Ctx(struct, self.path, self.prefix, self.saved)
+
+    def save(self, err: DecodeError) -> None:
+        """Go's ``saveError``: keep the first type error and go on decoding."""
+        if not self.saved:
+            self.saved.append(err)
+
+    def finish(self) -> None:
+        """The end of one ``json.Unmarshal``: the first saved type error, if any, is its result."""
+        if self.saved:
+            raise self.saved[0]
 
     def type_error(self, value_text: str, go_type: str) -> DecodeError:
         if self.path:
@@ -119,6 +132,13 @@ class GoType:
     def mismatch(self, value: Any, ctx: _Ctx) -> DecodeError:
         return ctx.type_error(kind(value), self.go_name)
 
+    def skip(self, value: Any, ctx: _Ctx, current: Any, value_text: str = "") -> Any:
+        """A value of the wrong JSON kind: Go saves the type error, leaves the target as it was
+        (a fresh slice element stays zero) and decodes on; an error that aborts decoding later (a
+        text that does not parse) is reported instead of it."""
+        ctx.save(ctx.type_error(value_text or kind(value), self.go_name))
+        return _zero(self) if current is None else current
+
     def null(self, ctx: _Ctx, current: Any) -> Any:
         """What JSON ``null`` does to a value of this type: nil for pointers, slices, maps and
         interfaces, nothing otherwise."""
@@ -131,7 +151,7 @@ class _Bool(GoType):
 
     def decode(self, value: Any, ctx: _Ctx, current: Any = None) -> Any:
         if not isinstance(value, bool):
-            raise self.mismatch(value, ctx)
+            return self.skip(value, ctx, current)
         return value
 
 
@@ -148,9 +168,9 @@ class _Int(GoType):
 
     def decode(self, value: Any, ctx: _Ctx, current: Any = None) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.mismatch(value, ctx)
+            return self.skip(value, ctx, current)
         if isinstance(value, float) or not self.low <= value <= self.high:
-            raise ctx.type_error(f"number {_number_text(value)}", self.go_name)
+            return self.skip(value, ctx, current, f"number {_number_text(value)}")
         return value
 
 
@@ -160,7 +180,7 @@ class _Float(GoType):
 
     def decode(self, value: Any, ctx: _Ctx, current: Any = None) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.mismatch(value, ctx)
+            return self.skip(value, ctx, current)
         return float(value)
 
 
@@ -170,7 +190,7 @@ class _Str(GoType):
 
     def decode(self, value: Any, ctx: _Ctx, current: Any = None) -> Any:
         if not isinstance(value, str):
-            raise self.mismatch(value, ctx)
+            return self.skip(value, ctx, current)
         return value
 
 
@@ -193,7 +213,7 @@ class _IP(GoType):
 
     def decode(self, value: Any, ctx: _Ctx, current: Any = None) -> Any:
         if not isinstance(value, str):
-            raise self.mismatch(value, ctx)
+            return self.skip(value, ctx, current)
         if value == "":
             return None
         return parse_ip(value, ctx)
@@ -232,7 +252,7 @@ class Ptr(GoType):
 
     def decode(self, value: Any, ctx: _Ctx, current: Any = None) -> Any:
         if self.elem.text and not isinstance(value, str):
-            raise self.mismatch(value, ctx)  # Go reports the field's own type here: *net.IP
+            return self.skip(value, ctx, current)  # Go names the field's own type here: *net.IP
         return self.elem.decode(value, ctx, current)
 
 
@@ -253,9 +273,13 @@ class Custom(GoType):
         return _zero(self.inner)
 
     def decode(self, value: Any, ctx: _Ctx, current: Any = None) -> Any:
+        inner = _Ctx("", "", ctx.prefix)  # UnmarshalJSON runs a json.Unmarshal of its own
         try:
-            return self.inner.decode(value, _Ctx("", "", ctx.prefix), current)
+            out = self.inner.decode(value, inner, current)
+            inner.finish()
+            return out
         except DecodeError as exc:
+            # Whatever it returns aborts the outer decode (it is not a saved type error there).
             if exc.type_error is None or not ctx.path:
                 raise
             raise ctx.type_error(*exc.type_error) from None
@@ -277,7 +301,7 @@ class List(GoType):
 
     def decode(self, value: Any, ctx: _Ctx, current: Any = None) -> Any:
         if not isinstance(value, list):
-            raise self.mismatch(value, ctx)
+            return self.skip(value, ctx, current)
         return [_element(self.elem, item, ctx) for item in value]
 
 
@@ -293,7 +317,7 @@ class Map(GoType):
 
     def decode(self, value: Any, ctx: _Ctx, current: Any = None) -> Any:
         if not isinstance(value, dict):
-            raise self.mismatch(value, ctx)
+            return self.skip(value, ctx, current)
         out = dict(current) if isinstance(current, dict) else {}
         for key, item in value.items():
             out[key] = _element(self.elem, item, ctx)
@@ -345,7 +369,7 @@ class Struct(GoType):
 
     def decode(self, value: Any, ctx: _Ctx, current: Any = None) -> Any:
         if not isinstance(value, dict):
-            raise self.mismatch(value, ctx)
+            return self.skip(value, ctx, current)
         out = dict(current) if isinstance(current, dict) else self.zero_value()
         inner = ctx.inside(self.short_name)
         for key, item in value.items():
@@ -387,7 +411,9 @@ def decode(value: Any, schema: Struct, prefix: str = "") -> dict:
     ctx = _Ctx(schema.short_name, "", prefix)
     if value is None:
         return schema.zero_value()
-    return schema.decode(value, ctx)
+    out = schema.decode(value, ctx)
+    ctx.finish()
+    return out
 
 
 def decode_into(current: dict, value: Any, schema: Struct, prefix: str = "") -> dict:
@@ -395,7 +421,10 @@ def decode_into(current: dict, value: Any, schema: Struct, prefix: str = "") -> 
     keys): fields absent there keep their value, as when Go unmarshals into a filled struct."""
     if value is None:
         return current
-    return schema.decode(value, _Ctx(schema.short_name, "", prefix), current)
+    ctx = _Ctx(schema.short_name, "", prefix)
+    out = schema.decode(value, ctx, current)
+    ctx.finish()
+    return out
 
 
 def parse_ip(text: str, ctx: Optional[_Ctx] = None) -> Any:
