@@ -197,7 +197,7 @@ class _PkgIP(gojson.GoType):
 
     def decode(self, value: Any, ctx: Any, current: Any = None) -> Any:
         if not isinstance(value, str):
-            raise self.mismatch(value, ctx)
+            return self.skip(value, ctx, current)
         if value == "":
             return ""
         ip = parse_ip_or_cidr(value)

@@ -161,6 +161,25 @@ def test_wrong_type_in_go_casing_is_named_by_its_json_tag():
     assert load(conf) == ("error", 999, f"{U} number into Go struct field IPAMConfig.ipam.dataDir of type string")
 
 
+# Go saves the first type error and decodes on; an error that aborts decoding (a text that does not
+# parse, or anything a type's own UnmarshalJSON returns) is reported instead of the saved one.
+PRECEDENCE = [
+    ({"dataDir": 5, "resolvConf": True}, f"{U} number into Go struct field IPAMConfig.ipam.dataDir of type string"),
+    ({"resolvConf": True, "dataDir": 5}, f"{U} bool into Go struct field IPAMConfig.ipam.resolvConf of type string"),
+    ({"dataDir": 5, "subnet": "10.1.0.0"}, "invalid CIDR address: 10.1.0.0"),
+    ({"rangeStart": 5, "gateway": "x"}, "invalid IP address: x"),
+    ({"dataDir": 5, "routes": [{"dst": "0.0.0.0/0", "mtu": "x"}]},
+     f"{U} string into Go struct field IPAMConfig.ipam.routes of type int"),
+    ({"routes": [{"dst": "0.0.0.0/0", "mtu": "x", "gw": "y"}]}, "invalid IP address: y"),
+]
+
+
+@pytest.mark.parametrize("ipam,message", PRECEDENCE, ids=[repr(i)[:50] for i, _ in PRECEDENCE])
+def test_which_of_several_errors_go_reports(ipam, message):
+    conf = {"cniVersion": "1.0.0", "name": "n", "ipam": {"type": "host-local", **ipam}}
+    assert load(conf) == ("error", 999, message)
+
+
 TEXT_ERRORS = [
     (("ipam", "subnet"), "", "invalid CIDR address: "),
     (("ipam", "subnet"), "10.1.0.0", "invalid CIDR address: 10.1.0.0"),
