@@ -451,9 +451,11 @@ def parse_cidr(text: str, ctx: Optional[_Ctx] = None) -> Any:
 
     iface = None
     addr, sep, prefix = text.partition("/")
-    if sep and prefix.isascii() and prefix.isdigit() and len(prefix) <= 3 and "%" not in addr:
+    # Go's dtoi takes leading zeros ("/024" is /24); more than three significant digits is too long.
+    digits = prefix.lstrip("0") or "0"
+    if sep and prefix.isascii() and prefix.isdigit() and len(digits) <= 3 and "%" not in addr:
         try:
-            iface = ipaddress.ip_interface(f"{addr}/{int(prefix)}")
+            iface = ipaddress.ip_interface(f"{addr}/{int(digits)}")
         except ValueError:
             iface = None
     if iface is None:
