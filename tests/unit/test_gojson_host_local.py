@@ -243,3 +243,9 @@ def test_ips_and_ranges_together_as_go_cni_sends_them(tmp_path):
 
 def test_cni_args_ip_is_requested_first(tmp_path):
     assert add(tmp_path, {}, None, CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAME=p;IP=192.0.2.11") == [("192.0.2.11/24", "192.0.2.1")]
+
+
+def test_cidr_prefix_with_leading_zeros_parses_as_in_go():
+    # net.ParseCIDR reads the prefix with dtoi, which takes leading zeros.
+    conf = replace(BASE, ("ipam", "subnet"), "10.1.0.0/024")
+    assert load(conf) == load(BASE)
