@@ -323,23 +323,26 @@ class Map(GoType):
 
 
 class Field:
-    """One struct field: its json name, its Go type, and how a Go program without json tags spells
-    it (``hostIP`` -> ``HostIP``, ``snat`` -> ``SNAT``; default: the name with a capital first letter).
-
-    The Go spelling matters because containerd's go-cni marshals its structs without tags; tests use
-    it to send every key the way such a runtime would.  It must be a case variant of the json name,
-    since that is all Go's decoder matches.
+    """One struct field: its json name, its Go type, and the reference's Go field name
+    (``hostIP`` -> ``HostIP``, ``snat`` -> ``SNAT``, ``isGateway`` -> ``IsGW``; default: the json
+    name with a capital first letter).
     """
 
     __slots__ = ("name", "type", "go_field")
 
     def __init__(self, name: str, type: GoType, go_field: str = "") -> None:
-        go_field = go_field or name[:1].upper() + name[1:]
-        if fold(go_field) != fold(name):
-            raise ValueError(f"Go spelling {go_field!r} does not match json name {name!r}")
         self.name = name
         self.type = type
-        self.go_field = go_field
+        self.go_field = go_field or name[:1].upper() + name[1:]
+
+    @property
+    def go_key(self) -> str:
+        """The key as a Go program marshalling a struct without json tags writes it (containerd's
+        go-cni does): the Go field name when it is the json name in another case (``SNAT``),
+        else the json name capitalised (``IsGateway``: a field named ``IsGW`` would not match)."""
+        if fold(self.go_field) == fold(self.name):
+            return self.go_field
+        return self.name[:1].upper() + self.name[1:]
 
 
 class Struct(GoType):

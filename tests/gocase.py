@@ -18,12 +18,8 @@ Path = tuple[Any, ...]
 
 
 def go_casing(field: gojson.Field) -> str:
-    """The key as a Go marshaller without json tags would write it: the Go field name when it is
-    the json name in another case (``IPMasq`` for ``ipMasq``), else the json name capitalised
-    (``IsGateway`` for ``isGateway``, whose Go field is ``IsGW``)."""
-    if gojson.fold(field.go_field) == gojson.fold(field.name):
-        return field.go_field
-    return field.name[:1].upper() + field.name[1:]
+    """The key as a Go marshaller without json tags would write it (see ``Field.go_key``)."""
+    return field.go_key
 
 
 def upper_casing(field: gojson.Field) -> str:

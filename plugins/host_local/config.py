@@ -220,8 +220,8 @@ RANGE = gojson.Struct("allocator.Range", _RANGE_FIELDS)
 RANGE_SETS = gojson.List(gojson.List(RANGE, "allocator.RangeSet"), "[]allocator.RangeSet")
 IPAM_ARGS = gojson.Struct("allocator.IPAMArgs", [gojson.Field("ips", IPS, "IPs")])
 # libcni's types.Route decodes itself through an inner types.route (same fields): Go then labels
-# any type error inside a route with the routes field itself.
-ROUTE_TYPE = gojson.Custom(gojson.Struct("types.route", list(ROUTE.fields)), "types.Route")
+# any type error inside a route with the routes field itself (common.types.ROUTE models that).
+ROUTE_TYPE = ROUTE  # already the Custom wrapper
 # IPAMConfig embeds *Range, whose fields are promoted: the legacy single range at the top of "ipam".
 IPAM_CONFIG = gojson.Struct("allocator.IPAMConfig", [
     *_RANGE_FIELDS,
