@@ -219,15 +219,12 @@ _RANGE_FIELDS = [
 RANGE = gojson.Struct("allocator.Range", _RANGE_FIELDS)
 RANGE_SETS = gojson.List(gojson.List(RANGE, "allocator.RangeSet"), "[]allocator.RangeSet")
 IPAM_ARGS = gojson.Struct("allocator.IPAMArgs", [gojson.Field("ips", IPS, "IPs")])
-# libcni's types.Route decodes itself through an inner types.route (same fields): Go then labels
-# any type error inside a route with the routes field itself (common.types.ROUTE models that).
-ROUTE_TYPE = ROUTE  # already the Custom wrapper
 # IPAMConfig embeds *Range, whose fields are promoted: the legacy single range at the top of "ipam".
 IPAM_CONFIG = gojson.Struct("allocator.IPAMConfig", [
     *_RANGE_FIELDS,
     gojson.Field("Name", gojson.STRING, "Name"),  # no json tag; overwritten by the network's name
     ("type", gojson.STRING),
-    ("routes", gojson.List(gojson.Ptr(ROUTE_TYPE))),
+    ("routes", gojson.List(gojson.Ptr(ROUTE))),
     ("dataDir", gojson.STRING),
     ("resolvConf", gojson.STRING),
     ("ranges", RANGE_SETS),
