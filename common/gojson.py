@@ -34,7 +34,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (typing costs milliseconds per exec)
     from typing import Any, Optional
 
-from .errors import CniError, plugin_error
+from .errors import CniError
 
 
 class DecodeError(CniError):
@@ -474,71 +474,6 @@ def parse_cidr(text: str, ctx: Optional[_Ctx] = None) -> Any:
     return iface
 
 
-# -- field-at-a-time helpers (kept for plugins not yet described by a schema) --------------------
-
-
-def get(obj: Any, key: str) -> Any:
-    """A struct field lookup: the exact key first, then the last case-insensitive match (Go applies
-    keys in document order, so the later spelling wins)."""
-    if not isinstance(obj, dict):
-        return None
-    if key in obj:
-        return obj[key]
-    low = fold(key)
-    found = None
-    for k, v in obj.items():
-        if isinstance(k, str) and fold(k) == low:
-            found = v
-    return found
-
-
 def overlay(current: Any, value: Any) -> Any:
     """A second object decoded over an already filled struct: absent or ``null`` keeps ``current``."""
     return current if value is None else value
-
-
-def type_error(value: Any, where: str, go_type: str, prefix: str = "") -> CniError:
-    return plugin_error(f"{prefix}json: cannot unmarshal {kind(value)} into Go struct field {where} of type {go_type}")
-
-
-def want_bool(value: Any, where: str, prefix: str = "") -> Optional[bool]:
-    if value is None:
-        return None
-    if not isinstance(value, bool):
-        raise type_error(value, where, "bool", prefix)
-    return value
-
-
-def want_int(value: Any, where: str, prefix: str = "") -> Optional[int]:
-    """A Go ``int``: a JSON number without a fraction (``1.0`` is refused, as Go does)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise type_error(value, where, "int", prefix)
-    if isinstance(value, float):
-        raise plugin_error(f"{prefix}json: cannot unmarshal number {_number_text(value)} into Go struct field {where} of type int")
-    return value
-
-
-def want_str(value: Any, where: str, go_type: str = "string", prefix: str = "") -> Optional[str]:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise type_error(value, where, go_type, prefix)
-    return value
-
-
-def want_object(value: Any, where: str, go_type: str, prefix: str = "") -> Optional[dict]:
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise type_error(value, where, go_type, prefix)
-    return value
-
-
-def want_list(value: Any, where: str, go_type: str, prefix: str = "") -> Optional[list]:
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise type_error(value, where, go_type, prefix)
-    return value
