@@ -12,6 +12,7 @@ import errno
 from contextlib import contextmanager
 
 from . import netns
+from .kernel_errors import errno_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds on paths that never load pyroute2
@@ -53,12 +54,13 @@ def session(netns_path: Optional[str] = None) -> Iterator[Any]:
 
 
 def netlink_errno(exc: BaseException) -> Optional[int]:
-    code = getattr(exc, "code", None)
-    return code if isinstance(code, int) else None
+    """The errno of a kernel failure (see :func:`.kernel_errors.errno_of`)."""
+    return errno_of(exc)
 
 
 def is_gone(exc: BaseException) -> bool:
-    return netlink_errno(exc) in GONE
+    """The object a request named is already gone: what an idempotent DEL treats as done."""
+    return errno_of(exc) in GONE
 
 
 def link_index(ipr: Any, name: str) -> Optional[int]:

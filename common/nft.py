@@ -8,11 +8,13 @@ transaction: either all of it lands or none of it does.
 from __future__ import annotations
 
 import json
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (typing costs milliseconds per exec)
     from typing import Any, Optional
 
 from .errors import CniError, Code
+from .kernel_errors import NftError
 
 _nft: Any = None
 
@@ -36,7 +38,7 @@ def apply(commands: list[dict], what: str) -> None:
         return
     rc, _out, err = handle().json_cmd({"nftables": commands})
     if rc != 0:
-        raise CniError(Code.INTERNAL, f"{what}: {str(err).strip()}")
+        raise NftError(what, str(err).strip())
 
 
 def list_ruleset(command: str) -> Optional[list[dict]]:
@@ -46,7 +48,7 @@ def list_ruleset(command: str) -> Optional[list[dict]]:
         text = str(err)
         if "No such file or directory" in text or "does not exist" in text:
             return None
-        raise CniError(Code.INTERNAL, f"nft {command}: {text.strip()}")
+        raise NftError(f"nft {command}", text.strip())
     if not out:
         return []
     data = json.loads(out) if isinstance(out, str) else out

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from cnichain.common import version as versions
 from cnichain.common.errors import CniError, plugin_error
+from cnichain.common.kernel_errors import KernelError
 from cnichain.common.log import log
 from cnichain.common.netns import NetnsGone
+from cnichain.common.rollback import Rollback
 from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import Interface, Result
 
@@ -85,46 +87,30 @@ def cmd_add(req: Request) -> Result:
 
     with netlink.session() as host:
         veth = _host_veth(host, req, prev)
-        undo: list[tuple[str, int]] = []
+        undo = Rollback()
         try:
             if ingress is not None:
                 tc.add_tbf(host, veth.index, ingress)
-                undo.append(("tbf", veth.index))
+                undo.push("tbf", lambda: tc.delete_qdisc(host, veth.index, tc.TBF_HANDLE, tc.TC_H_ROOT))
             if egress is not None:
                 name = ifb_name(req.network_name, req.container_id)
                 ifb = tc.create_ifb(host, name, veth.mtu)
-                undo.append(("link", ifb.index))
+                undo.push("ifb link", lambda: tc.delete_link(host, ifb.index))
                 try:
                     tc.add_tbf(host, ifb.index, egress)
-                except CniError as exc:
-                    raise plugin_error(f"create ifb qdisc: {exc.msg}") from None
+                except KernelError as exc:
+                    raise exc.rewrap(f"create ifb qdisc: {exc.context}") from None  # as the reference nests it
                 tc.ifb_up(host, ifb, _ifb_alias(req))
                 # The redirect goes in last: no packet reaches the IFB before it is shaped.
                 tc.add_ingress_qdisc(host, veth.index)
-                undo.append(("ingress", veth.index))
+                undo.push("ingress", lambda: tc.delete_qdisc(host, veth.index, tc.INGRESS_HANDLE, tc.TC_H_INGRESS))
                 tc.add_redirect(host, veth.index, ifb.index)
                 prev.interfaces.append(Interface(name=ifb.name, mac=ifb.mac))
         except BaseException:
-            _rollback(host, undo)
+            undo.unwind()
             raise
     log.info(f"shaped {veth.name}: ingress={cfg.ingress} egress={cfg.egress} ({cfg.source})")
     return prev
-
-
-def _rollback(host: Any, undo: list[tuple[str, int]]) -> None:
-    """Remove what this ADD created, newest first; never mask the original error."""
-    from . import tc
-
-    for what, index in reversed(undo):
-        try:
-            if what == "tbf":
-                tc.delete_qdisc(host, index, tc.TBF_HANDLE, tc.TC_H_ROOT)
-            elif what == "ingress":
-                tc.delete_qdisc(host, index, tc.INGRESS_HANDLE, tc.TC_H_INGRESS)
-            else:
-                tc.delete_link(host, index)
-        except Exception as exc:  # noqa: BLE001 - best effort, the ADD error is what matters
-            log.warning(f"rollback of {what} on {index} failed: {exc}")
 
 
 # -- DEL ---------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from collections import namedtuple
 
 from cnichain.common import netlink
 from cnichain.common.errors import plugin_error
+from cnichain.common.kernel_errors import KernelError, failures
 
 from .tbf import UINT32_MAX, TbfParams
 
@@ -41,15 +42,6 @@ IFB_ALIAS_PREFIX = "cnichain-bandwidth"
 Link = namedtuple("Link", "index name mtu mac kind alias", defaults=(0, "", "", ""))
 
 
-def reason(exc: BaseException) -> str:
-    """A netlink/OS error as Go prints it: ``file exists``, ``no such device``."""
-    text = getattr(exc, "strerror", None)
-    if not text and getattr(exc, "args", None) and len(exc.args) >= 2:
-        text = str(exc.args[1])
-    text = text or str(exc)
-    return text[:1].lower() + text[1:]
-
-
 def _link(msg: Any) -> Link:
     return Link(
         index=int(msg["index"]),
@@ -65,7 +57,7 @@ def get_link(ipr: Any, *, name: str = "", index: int = 0) -> Optional[Link]:
     """The link by name or index in ``ipr``'s namespace, or None when there is none."""
     try:
         msgs = ipr.link("get", ifname=name) if name else ipr.link("get", index=index)
-    except Exception as exc:  # NetlinkError; pyroute2 imported lazily
+    except failures() as exc:
         if netlink.is_gone(exc):
             return None
         raise
@@ -79,7 +71,7 @@ def veth_peer_index(netns_path: str, ifname: str) -> int:
     with netlink.session(netns_path) as pod:
         try:
             msgs = pod.link("get", ifname=ifname)
-        except Exception as exc:
+        except failures() as exc:
             if netlink.is_gone(exc):
                 raise plugin_error(f"container interface {ifname} has no veth peer: Link not found") from None
             raise
@@ -114,8 +106,8 @@ def create_ifb(host: Any, name: str, mtu: int) -> Link:
     try:
         host.link("add", ifname=name, kind="ifb", mtu=mtu or 1500, txqlen=0)
         link = get_link(host, name=name)
-    except Exception as exc:
-        raise plugin_error(f"adding link: {reason(exc)}") from None
+    except failures() as exc:
+        raise KernelError.of(exc, "adding link") from None
     if link is None:
         raise plugin_error(f"adding link: {name} vanished after creation")
     return link
@@ -128,14 +120,14 @@ def ifb_up(host: Any, ifb: Link, alias: str) -> None:
     """
     try:
         host.link("set", index=ifb.index, state="up", ifalias=alias[:255])
-    except Exception as exc:
-        raise plugin_error(f"adding link: {reason(exc)}") from None
+    except failures() as exc:
+        raise KernelError.of(exc, "adding link") from None
 
 
 def delete_link(host: Any, index: int) -> None:
     try:
         host.link("del", index=index)
-    except Exception as exc:
+    except failures() as exc:
         if not netlink.is_gone(exc):
             raise
 
@@ -223,15 +215,15 @@ def add_tbf(host: Any, index: int, params: TbfParams) -> None:
     msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
     try:
         host.nlm_request_batch([msg])
-    except Exception as exc:
-        raise plugin_error(f"create qdisc: {reason(exc)}") from None
+    except failures() as exc:
+        raise KernelError.of(exc, "create qdisc") from None
 
 
 def add_ingress_qdisc(host: Any, index: int) -> None:
     try:
         host.tc("add", "ingress", index, INGRESS_HANDLE)
-    except Exception as exc:
-        raise plugin_error(f"create ingress qdisc: {reason(exc)}") from None
+    except failures() as exc:
+        raise KernelError.of(exc, "create ingress qdisc") from None
 
 
 def add_redirect(host: Any, index: int, ifb_index: int) -> None:
@@ -243,8 +235,8 @@ def add_redirect(host: Any, index: int, ifb_index: int) -> None:
             keys=["0x0/0x0+0"],
             action=[{"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": ifb_index}],
         )
-    except Exception as exc:
-        raise plugin_error(f"add filter: {reason(exc)}") from None
+    except failures() as exc:
+        raise KernelError.of(exc, "add filter") from None
 
 
 def delete_qdisc(host: Any, index: int, handle: int, parent: int, kind: str = "") -> bool:
@@ -267,7 +259,7 @@ def delete_qdisc(host: Any, index: int, handle: int, parent: int, kind: str = ""
     msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK
     try:
         host.nlm_request_batch([msg])
-    except Exception as exc:
+    except failures() as exc:
         code = netlink.netlink_errno(exc)
         if code in netlink.GONE or code == errno.EINVAL:
             return False
@@ -284,7 +276,7 @@ def qdiscs(host: Any, index: int) -> list[Qdisc]:
     out = []
     try:
         msgs = host.get_qdiscs(index=index)
-    except Exception as exc:
+    except failures() as exc:
         if netlink.is_gone(exc):
             return []
         raise
@@ -321,7 +313,7 @@ def redirect_targets(host: Any, index: int) -> list[int]:
     out: list[int] = []
     try:
         msgs = host.get_filters(index=index, parent=INGRESS_HANDLE)
-    except Exception as exc:
+    except failures() as exc:
         if netlink.is_gone(exc) or netlink.netlink_errno(exc) == errno.EINVAL:
             return []
         raise

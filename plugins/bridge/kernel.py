@@ -14,7 +14,8 @@ import time
 
 from cnichain.common import netns, sysctl
 from cnichain.common.errors import plugin_error
-from cnichain.common.netlink import is_gone, netlink_errno
+from cnichain.common.kernel_errors import KernelError, errno_of, failures
+from cnichain.common.netlink import is_gone
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec
@@ -30,14 +31,6 @@ VETH_NAME_TRIES = 10
 _OPERSTATE_WAITS = (0.0, 0.05, 0.5, 1.0, 1.0)  # seconds, as the reference polls
 
 
-def _err(exc: BaseException) -> str:
-    """Go-style lowercase error text for a netlink/OS failure."""
-    code = netlink_errno(exc) or getattr(exc, "errno", None)
-    if isinstance(code, int) and code > 0:
-        return os.strerror(code).lower()
-    return str(exc)
-
-
 def attr(msg: Any, name: str, default: Any = None) -> Any:
     value = msg.get_attr(name) if hasattr(msg, "get_attr") else None
     return default if value is None else value
@@ -51,7 +44,7 @@ def link_kind(msg: Any) -> str:
 def get_link(ipr: Any, name: str) -> Optional[Any]:
     try:
         found = ipr.link("get", ifname=name)
-    except Exception as exc:  # noqa: BLE001 - pyroute2 raises NetlinkError
+    except failures() as exc:
         if is_gone(exc):
             return None
         raise
@@ -61,7 +54,7 @@ def get_link(ipr: Any, name: str) -> Optional[Any]:
 def get_link_by_index(ipr: Any, index: int) -> Optional[Any]:
     try:
         found = ipr.link("get", index=index)
-    except Exception as exc:  # noqa: BLE001
+    except failures() as exc:
         if is_gone(exc):
             return None
         raise
@@ -92,11 +85,9 @@ def ensure_bridge(ipr: Any, cfg: BridgeConfig) -> tuple[Any, bool]:
         try:
             ipr.link("add", **kwargs)
             created = True
-        except Exception as exc:  # noqa: BLE001
-            if netlink_errno(exc) != errno.EEXIST:
-                raise plugin_error(
-                    f'failed to create bridge "{cfg.bridge}": could not add "{cfg.bridge}": {_err(exc)}'
-                ) from None
+        except failures() as exc:
+            if errno_of(exc) != errno.EEXIST:
+                raise KernelError.of(exc, f'failed to create bridge "{cfg.bridge}": could not add "{cfg.bridge}"') from None
         link = get_link(ipr, cfg.bridge)
     if link is None:
         raise plugin_error(f'failed to create bridge "{cfg.bridge}": could not lookup "{cfg.bridge}": no such device')
@@ -109,10 +100,10 @@ def ensure_bridge(ipr: Any, cfg: BridgeConfig) -> tuple[Any, bool]:
         _ensure_accept_ra_off(cfg.bridge)
         if link.get("state") != "up":
             ipr.link("set", index=index, state="up")
-    except Exception as exc:  # noqa: BLE001
+    except failures() as exc:
         if created:
             delete_link(ipr, index)
-        raise plugin_error(f'failed to create bridge "{cfg.bridge}": {_err(exc)}') from None
+        raise KernelError.of(exc, f'failed to create bridge "{cfg.bridge}"') from None
     return link, created
 
 
@@ -132,7 +123,7 @@ def bridge_is_unused(ipr: Any, index: int) -> bool:
 def delete_link(ipr: Any, index: int) -> None:
     try:
         ipr.link("del", index=index)
-    except Exception as exc:  # noqa: BLE001
+    except failures() as exc:
         if not is_gone(exc):
             raise
 
@@ -157,12 +148,12 @@ def create_veth(host: Any, pod: Any, pod_fd: int, cfg: BridgeConfig, ifname: str
             kwargs["mtu"] = cfg.mtu
         try:
             host.link("add", **kwargs)
-        except Exception as exc:  # noqa: BLE001
-            if netlink_errno(exc) == errno.EEXIST:
+        except failures() as exc:
+            if errno_of(exc) == errno.EEXIST:
                 if pod.link_lookup(ifname=ifname):
                     raise plugin_error(f"container veth name provided ({ifname}) already exists") from None
                 continue  # host name clash: draw another one
-            raise plugin_error(f"failed to make veth pair: {_err(exc)}") from None
+            raise KernelError.of(exc, "failed to make veth pair") from None
         found = host.link_lookup(ifname=name)
         if not found:
             raise plugin_error(f"failed to make veth pair: {name} vanished after creation")
@@ -185,8 +176,8 @@ def attach_host_end(ipr: Any, name: str, index: int, bridge_index: int, cfg: Bri
             ipr.link("set", index=index, master=bridge_index, state="up")
         else:
             ipr.link("set", index=index, master=bridge_index)
-    except Exception as exc:  # noqa: BLE001
-        raise plugin_error(f'failed to connect "{name}" to bridge {cfg.bridge}: {_err(exc)}') from None
+    except failures() as exc:
+        raise KernelError.of(exc, f'failed to connect "{name}" to bridge {cfg.bridge}') from None
     try:
         port: dict[str, Any] = {}
         if cfg.hairpin_mode:
@@ -195,15 +186,15 @@ def attach_host_end(ipr: Any, name: str, index: int, bridge_index: int, cfg: Bri
             port["isolated"] = 1
         if port:
             ipr.brport("set", index=index, **port)
-    except Exception as exc:  # noqa: BLE001
-        raise plugin_error(f"failed to setup hairpin mode for {name}: {_err(exc)}") from None
+    except failures() as exc:
+        raise KernelError.of(exc, f"failed to setup hairpin mode for {name}") from None
     if up_now:
         return
     _set_port_vlans(ipr, name, index, cfg)
     try:
         ipr.link("set", index=index, state="up")
-    except Exception as exc:  # noqa: BLE001
-        raise plugin_error(f'failed to set "{name}" up: {_err(exc)}') from None
+    except failures() as exc:
+        raise KernelError.of(exc, f'failed to set "{name}" up') from None
 
 
 def _set_port_vlans(ipr: Any, name: str, index: int, cfg: BridgeConfig) -> None:
@@ -217,8 +208,8 @@ def _set_port_vlans(ipr: Any, name: str, index: int, cfg: BridgeConfig) -> None:
         for vid in cfg.vlan_trunk:
             if vid != cfg.vlan:
                 ipr.vlan_filter("add", index=index, vlan_info={"vid": vid})
-    except Exception as exc:  # noqa: BLE001
-        raise plugin_error(f'failed to setup vlan tag on interface "{name}": {_err(exc)}') from None
+    except failures() as exc:
+        raise KernelError.of(exc, f'failed to setup vlan tag on interface "{name}"') from None
 
 
 def wait_port_up(ipr: Any, index: int) -> Any:
@@ -274,8 +265,8 @@ def configure_pod(pod: Any, index: int, ifname: str, plan: L3Plan, cfg: BridgeCo
             kwargs["flags"] = IFA_F_NODAD
         try:
             pod.addr("add", **kwargs)
-        except Exception as exc:  # noqa: BLE001
-            raise plugin_error(f'failed to add IP addr {ip.address} to "{ifname}": {_err(exc)}') from None
+        except failures() as exc:
+            raise KernelError.of(exc, f'failed to add IP addr {ip.address} to "{ifname}"') from None
     set_up(pod, index, ifname)
     if plan.has_ipv6_gateway and cfg.enable_dad:
         _wait_not_tentative(pod, index, ifname)
@@ -286,8 +277,8 @@ def configure_pod(pod: Any, index: int, ifname: str, plan: L3Plan, cfg: BridgeCo
 def set_up(ipr: Any, index: int, ifname: str) -> None:
     try:
         ipr.link("set", index=index, state="up")
-    except Exception as exc:  # noqa: BLE001
-        raise plugin_error(f'failed to set "{ifname}" UP: {_err(exc)}') from None
+    except failures() as exc:
+        raise KernelError.of(exc, f'failed to set "{ifname}" UP') from None
 
 
 def _wait_not_tentative(pod: Any, index: int, ifname: str, timeout: float = 5.0) -> None:
@@ -315,12 +306,13 @@ def add_route(pod: Any, index: int, ifname: str, route: PodRoute) -> None:
         kwargs["scope"] = 253  # link scope for a device route
     try:
         pod.route("append", **kwargs)
-    except Exception as exc:  # noqa: BLE001
-        if netlink_errno(exc) == errno.EEXIST:
+    except failures() as exc:
+        if errno_of(exc) == errno.EEXIST:
             return
-        raise plugin_error(
+        raise KernelError.of(
+            exc,
             f"failed to add route '{route.dst} via {route.gw or '<nil>'} dev {ifname} "
-            f"metric {route.priority or 0} (Scope: {route.scope or 0}, Table: {route.table or 0})': {_err(exc)}"
+            f"metric {route.priority or 0} (Scope: {route.scope or 0}, Table: {route.table or 0})'",
         ) from None
 
 
@@ -338,7 +330,7 @@ def delete_pod_link(netns_path: str, ifname: str) -> bool:
         with session(netns_path) as pod:
             try:
                 pod.link("del", ifname=ifname)
-            except Exception as exc:  # noqa: BLE001
+            except failures() as exc:
                 if is_gone(exc):
                     return False
                 raise
@@ -376,25 +368,25 @@ def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[st
                 raise plugin_error(f'"{cfg.bridge}" already has an IP address different from {cidr}')
             try:
                 ipr.addr("del", index=index, address=str(have.ip), prefixlen=have.network.prefixlen)
-            except Exception as exc:  # noqa: BLE001
+            except failures() as exc:
                 if not is_gone(exc):
-                    raise plugin_error(f'could not remove IP address from "{cfg.bridge}": {_err(exc)}') from None
+                    raise KernelError.of(exc, f'could not remove IP address from "{cfg.bridge}"') from None
         kwargs: dict[str, Any] = {"index": index, "address": str(want.ip), "prefixlen": want.network.prefixlen}
         if want.version == 6:
             kwargs["flags"] = IFA_F_NODAD
         try:
             ipr.addr("add", **kwargs)
-        except Exception as exc:  # noqa: BLE001
-            if netlink_errno(exc) != errno.EEXIST:
-                raise plugin_error(f'could not add IP address to "{cfg.bridge}": {_err(exc)}') from None
+        except failures() as exc:
+            if errno_of(exc) != errno.EEXIST:
+                raise KernelError.of(exc, f'could not add IP address to "{cfg.bridge}"') from None
     # Pin the MAC: otherwise the bridge takes the lowest port MAC and changes as ports churn.
     current = get_link_by_index(ipr, index)
     mac = mac_of(current) if current is not None else ""
     if mac:
         try:
             ipr.link("set", index=index, address=mac)
-        except Exception as exc:  # noqa: BLE001
-            raise plugin_error(f"could not set bridge's mac: {_err(exc)}") from None
+        except failures() as exc:
+            raise KernelError.of(exc, "could not set bridge's mac") from None
     return mac
 
 

@@ -14,7 +14,7 @@ import os
 
 from cnichain.common import netns
 from cnichain.common.invoke import delegate_ipam
-from cnichain.common.log import log
+from cnichain.common.rollback import Rollback
 from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import Interface, Result
 
@@ -22,27 +22,9 @@ from .config import load_config
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec
-    from typing import Any, Callable
+    from typing import Any
 
     from .config import BridgeConfig
-
-
-class Undo:
-    """A stack of compensating actions, run newest first; their own failures are only logged."""
-
-    def __init__(self) -> None:
-        self._actions: list[tuple[str, Callable[[], Any]]] = []
-
-    def push(self, what: str, action: Callable[[], Any]) -> None:
-        self._actions.append((what, action))
-
-    def run(self) -> None:
-        while self._actions:
-            what, action = self._actions.pop()
-            try:
-                action()
-            except Exception as exc:  # noqa: BLE001 - keep unwinding whatever happens
-                log.error(f"rollback step '{what}' failed: {exc}")
 
 
 def _config(req: Request, *, with_mac: bool = True) -> BridgeConfig:
@@ -52,7 +34,7 @@ def _config(req: Request, *, with_mac: bool = True) -> BridgeConfig:
 def cmd_add(req: Request) -> Result:
     cfg = _config(req)
     pod_fd = netns.open_netns(req.netns)  # a missing netns fails before anything is created
-    undo = Undo()
+    undo = Rollback()
     host = pod = None
     try:
         from cnichain.common.netlink import iproute
@@ -62,7 +44,7 @@ def cmd_add(req: Request) -> Result:
         result = _add(req, cfg, host, pod, pod_fd, undo)
         return result
     except BaseException:
-        undo.run()
+        undo.unwind()
         raise
     finally:
         for sock in (host, pod):
@@ -71,7 +53,7 @@ def cmd_add(req: Request) -> Result:
         os.close(pod_fd)
 
 
-def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo: Undo) -> Result:
+def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo: Rollback) -> Result:
     from . import firewall, kernel
     from .plan import plan_l3, result_dns
 

@@ -20,7 +20,7 @@ import ipaddress
 
 from cnichain.common import gojson
 from cnichain.common.cniargs import parse_cni_args
-from cnichain.common.errors import plugin_error
+from cnichain.common.errors import CniError, plugin_error
 from cnichain.common.record import FrozenRecord
 from cnichain.common.types import ROUTE, Route
 from cnichain.common.version import parse as parse_version
@@ -415,9 +415,8 @@ def load_ipam_config(conf: dict, cni_args: str = "") -> IpamConfig:
     for i, raws in enumerate(raw_sets):
         try:
             sets.append(canonicalize_range_set(raws))
-        except Exception as exc:  # CniError from the helpers above
-            msg = getattr(exc, "msg", str(exc))
-            raise plugin_error(f"invalid range set {i}: {msg}") from None
+        except CniError as exc:
+            raise plugin_error(f"invalid range set {i}: {exc.msg}") from None
 
     version_text = d["cniVersion"]
     if _count_per_family(sets) > 1 and not _at_least_030(version_text):
@@ -451,5 +450,5 @@ def _count_per_family(sets: Iterable[RangeSet]) -> int:
 def _at_least_030(version: str) -> bool:
     try:
         return parse_version(version) >= (0, 3, 0)
-    except Exception:  # an unparsable version is "not >= 0.3.0", as in libcni
+    except CniError:  # an unparsable version is "not >= 0.3.0", as in libcni
         return False

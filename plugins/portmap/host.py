@@ -11,6 +11,7 @@ import ipaddress
 
 from cnichain.common import sysctl
 from cnichain.common.errors import plugin_error
+from cnichain.common.kernel_errors import failures
 from cnichain.common.log import log
 
 TYPE_CHECKING = False
@@ -98,10 +99,10 @@ def flush_udp_conntrack(family: int, ports: list[int]) -> int:
                     try:
                         ct.entry("del", tuple_orig=orig)
                         deleted += 1
-                    except Exception as exc:  # noqa: BLE001 - raced with expiry
+                    except failures() as exc:  # raced with expiry
                         log.debug(f"portmap: conntrack delete failed: {exc}")
         finally:
             ct.close()
-    except Exception as exc:  # noqa: BLE001
+    except failures() as exc:
         log.warning(f"portmap: could not flush UDP conntrack entries for ports {sorted(wanted)}: {exc}")
     return deleted

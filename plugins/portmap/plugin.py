@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from cnichain.common.errors import CniError, plugin_error
 from cnichain.common.log import log
+from cnichain.common.rollback import Rollback
 from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import Result
 
@@ -53,13 +54,15 @@ def cmd_add(req: Request) -> Result:
     localnet = None
     if cfg.snat and 4 in ips and any(m.applies_to(4) for m in cfg.mappings):
         localnet = host.localnet_interface(ips[4], prev)
-    tables.install(plan)
-    if localnet:
-        try:
+    undo = Rollback()
+    try:
+        tables.install(plan)
+        undo.push("remove rules", lambda: tables.remove(plan.owner))
+        if localnet:
             host.enable_route_localnet(localnet)
-        except Exception:
-            tables.remove(plan.owner)  # all or nothing
-            raise
+    except BaseException:
+        undo.unwind()  # all or nothing
+        raise
     for family in sorted(ips):
         udp = sorted({m.host_port for m in cfg.mappings if m.protocol == "udp" and m.applies_to(family)})
         if udp:

@@ -9,12 +9,14 @@ namespace, and needs no file on disk), it lists our table once and rebuilds the 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import time
 
 from cnichain.common import nft
-from cnichain.common.errors import plugin_error
+from cnichain.common.errors import CniError, plugin_error
+from cnichain.common.kernel_errors import NftError
 from cnichain.common.log import log
 
 from . import layout
@@ -27,29 +29,25 @@ if TYPE_CHECKING:  # annotations only
     from .layout import OwnerPlan
 
 ATTEMPTS = 6
-_RETRYABLE = ("File exists", "No such file or directory", "Device or resource busy")
+# libnftables refusals that a rebuild under the lock can get past: a key or chain someone else
+# just created (EEXIST) or deleted (ENOENT), or a chain still jumped to (EBUSY).
+_RETRYABLE = (errno.EEXIST, errno.ENOENT, errno.EBUSY)
 
 
-class NftFailed(Exception):
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
-
-    @property
-    def retryable(self) -> bool:
-        return any(r in self.text for r in _RETRYABLE)
+def _retryable(exc: NftError) -> bool:
+    return exc.errno in _RETRYABLE
 
 
 def _run(script: str) -> None:
     rc, _out, err = nft.handle().cmd(script)
     if rc != 0:
-        raise NftFailed(str(err).strip())
+        raise NftError("nft", str(err).strip())
 
 
 def _list(what: str) -> Optional[list[dict]]:
     try:
         return nft.list_ruleset(f"list {what}")
-    except Exception as exc:  # noqa: BLE001 - CniError from nft with the reference's wording
+    except CniError as exc:  # NftError, or the binding missing
         raise plugin_error(f"could not list rules in table {layout.TABLE}: {exc}") from None
 
 
@@ -104,9 +102,9 @@ def _slow(build) -> None:  # build(snapshot) -> script or "" for nothing to do
             try:
                 _run(script)
                 return
-            except NftFailed as exc:
+            except NftError as exc:
                 last = exc.text
-                if not exc.retryable:
+                if not _retryable(exc):
                     break
                 time.sleep(0.005 * (attempt + 1))
     raise plugin_error(f"unable to set up nftables rules for port mappings: {last}")
@@ -117,7 +115,7 @@ def install(plan: OwnerPlan) -> None:
     try:
         _run(layout.fast_add(plan))
         return
-    except NftFailed as exc:
+    except NftError as exc:
         log.debug(f"portmap: fast ADD for {plan.owner} refused ({exc.text.splitlines()[0]}); rebuilding")
     _slow(lambda snap: layout.rebuild(snap, add=plan))
 
@@ -130,7 +128,7 @@ def remove(owner: str, plan: Optional[OwnerPlan] = None) -> None:
         try:
             _run(layout.config_delete(plan))
             return
-        except NftFailed as exc:
+        except NftError as exc:
             log.debug(f"portmap: DEL from config for {owner} refused ({exc.text.splitlines()[0]}); listing")
     comments = owner_comments(owner)
     if comments is None:
@@ -138,7 +136,7 @@ def remove(owner: str, plan: Optional[OwnerPlan] = None) -> None:
     try:
         _run(layout.fast_delete(owner, comments))
         return
-    except NftFailed as exc:
+    except NftError as exc:
         log.debug(f"portmap: fast DEL for {owner} refused ({exc.text.splitlines()[0]}); rebuilding")
     _slow(lambda snap: layout.rebuild(snap, remove=[owner]))
 

@@ -12,6 +12,7 @@ import socket
 
 from cnichain.common import netlink
 from cnichain.common.errors import plugin_error
+from cnichain.common.kernel_errors import KernelError, failures
 
 from .config import RouteSpec
 from .planner import KernelRoute, route_present
@@ -24,11 +25,6 @@ MAIN_TABLE = 254
 RTN_UNICAST = 1
 RTPROT_BOOT = 3  # what `ip route add` uses
 SCOPE_UNIVERSE = 0
-
-
-def _reason(exc: BaseException) -> str:
-    args = getattr(exc, "args", ())
-    return str(args[1]) if len(args) > 1 else str(exc)
 
 
 def list_routes(ipr: Any) -> list[KernelRoute]:
@@ -82,10 +78,10 @@ def interface_indexes(ipr: Any, names: list[str]) -> dict[str, int]:
 def delete(ipr: Any, route: KernelRoute, ifname: str) -> None:
     try:
         ipr.route("del", **route.attrs)
-    except Exception as exc:  # noqa: BLE001 - NetlinkError carries errno and reason
+    except failures() as exc:
         if netlink.netlink_errno(exc) in (errno.ESRCH, errno.ENOENT, errno.ENODEV):
             return  # already gone
-        raise plugin_error(f"failed to delete route {route.dst} dev {ifname}: {_reason(exc)}") from None
+        raise KernelError.of(exc, f"failed to delete route {route.dst} dev {ifname}", go=False) from None
 
 
 def add(ipr: Any, spec: RouteSpec, oif: int, ifname: str, existing: list[KernelRoute]) -> None:
@@ -104,10 +100,10 @@ def add(ipr: Any, spec: RouteSpec, oif: int, ifname: str, existing: list[KernelR
         attrs["gateway"] = str(spec.gw)
     try:
         ipr.route("add", **attrs)
-    except Exception as exc:  # noqa: BLE001
+    except failures() as exc:
         if netlink.netlink_errno(exc) == errno.EEXIST and route_present(existing, spec, oif):
             return  # exactly this route is already there (a repeated ADD)
-        raise plugin_error(f"failed to add route {spec} dev {ifname}: {_reason(exc)}") from None
+        raise KernelError.of(exc, f"failed to add route {spec} dev {ifname}", go=False) from None
 
 
 def interface_or_error(indexes: dict[str, int], name: str) -> int:

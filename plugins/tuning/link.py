@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from cnichain.common import netlink
 from cnichain.common.errors import plugin_error
+from cnichain.common.kernel_errors import reported_as
 from cnichain.common.record import FrozenRecord
 
 TYPE_CHECKING = False
@@ -59,11 +60,8 @@ def require(ipr: Any, ifname: str) -> LinkState:
 
 
 def _set(ipr: Any, what: str, ifname: str, **attrs: Any) -> None:
-    try:
+    with reported_as(f'failed to set {what} of "{ifname}"', go=False):
         ipr.link("set", **attrs)
-    except Exception as exc:  # noqa: BLE001 - NetlinkError and friends carry the kernel's reason
-        reason = exc.args[1] if len(getattr(exc, "args", ())) > 1 else str(exc)
-        raise plugin_error(f'failed to set {what} of "{ifname}": {reason}') from None
 
 
 def _flag(ipr: Any, index: int, ifname: str, what: str, flag: int, on: bool) -> None:

@@ -19,7 +19,9 @@ import os
 
 from cnichain.common import netns, sysctl
 from cnichain.common.errors import CniError, plugin_error
+from cnichain.common.kernel_errors import KernelError
 from cnichain.common.log import log
+from cnichain.common.rollback import Rollback
 from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import Result
 
@@ -37,14 +39,14 @@ from .config import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
-    from typing import Any, Optional
+    from typing import Any
 
 PREV_MISSING = "Required prevResult missing"
 
 
 def _os_error(op: str, path: str, exc: OSError) -> CniError:
-    reason = (exc.strerror or str(exc)).lower()
-    return plugin_error(f"{op} {path}: {reason}")
+    """Go's ``*os.PathError`` wording: ``open /proc/sys/...: no such file or directory``."""
+    return KernelError.of(exc, f"{op} {path}")
 
 
 def _same(a: str, b: str) -> bool:
@@ -127,40 +129,30 @@ def _apply(req: Request, cfg: TuningConfig, sysctls: list[Sysctl], wanted: dict,
         data["sysctl"] = changed
     path = backup.backup_path(cfg.data_dir, req.container_id, req.ifname)
     existing = backup.load(path)
-    if data:
-        backup.save(path, backup.merge(existing, data))
-    written: list[tuple[Sysctl, str]] = []
+    undo = Rollback()
     try:
+        if data:
+            backup.save(path, backup.merge(existing, data))
+            undo.push("backup file", lambda: backup.save(path, existing) if existing else backup.remove(path))
         for s, old in olds:
             if s.rel in changed:
                 _write_sysctl(s.path, s.value)
-                written.append((s, old))
+                undo.push(f"sysctl {s.path}", lambda s=s, old=old: sysctl.write(s.path, old))
         if wanted:
+            # Registered first: a partly applied change is put back as a whole.
+            undo.push("link attributes", lambda: _restore_link(ipr, req.ifname, data))
             link.apply(ipr, state, req.ifname, wanted)
-    except Exception:
-        _rollback(req, written, ipr, state, data, path, existing)
+    except BaseException:
+        undo.unwind()
         raise
 
 
-def _rollback(req: Request, written: list, ipr: Any, state: Any, data: dict, path: str, existing: Optional[dict]) -> None:
-    for s, old in reversed(written):
-        try:
-            sysctl.write(s.path, old)
-        except OSError as exc:
-            log.error(f"tuning: cannot roll back {s.path}: {exc}")
-    if state is not None:
-        from . import link
+def _restore_link(ipr: Any, ifname: str, data: dict) -> None:
+    from . import link
 
-        try:
-            now = link.read(ipr, req.ifname)
-            if now is not None:
-                link.apply(ipr, now, req.ifname, backup.link_part(data))
-        except CniError as exc:
-            log.error(f"tuning: cannot roll back link attributes: {exc}")
-    if existing:
-        backup.save(path, existing)
-    elif data:
-        backup.remove(path)
+    now = link.read(ipr, ifname)
+    if now is not None:
+        link.apply(ipr, now, ifname, backup.link_part(data))
 
 
 # -- DEL ----------------------------------------------------------------------------------------

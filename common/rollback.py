@@ -1,0 +1,59 @@
+"""One undo stack for every ADD that changes several things.
+
+A handler registers an undo callable right after each step that changed something.  When a later
+step fails, :meth:`Rollback.unwind` runs the undos newest first; an undo that itself fails is
+logged and the unwinding goes on, so one stuck step never leaves the others behind.  The error
+reported to the runtime stays the one that made ADD fail; the first undo failure is kept on
+:attr:`Rollback.first_error` (and logged) for the caller and the log.
+
+Typical use::
+
+    rollback = Rollback()
+    try:
+        make_a(); rollback.push("remove a", remove_a)
+        make_b(); rollback.push("remove b", remove_b)
+    except BaseException:
+        rollback.unwind()
+        raise
+"""
+
+from __future__ import annotations
+
+from .errors import CniError
+from .kernel_errors import failures
+from .log import log
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs milliseconds per exec
+    from typing import Any, Callable, Optional
+
+
+class Rollback:
+    """Compensating actions, run in reverse order of registration."""
+
+    def __init__(self) -> None:
+        self._steps: list[tuple[str, Callable[[], Any]]] = []
+        self.first_error: Optional[BaseException] = None
+
+    def push(self, what: str, undo: Callable[[], Any]) -> None:
+        """Register ``undo`` for a step that has just succeeded; ``what`` names it in the log."""
+        self._steps.append((what, undo))
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def unwind(self) -> Optional[BaseException]:
+        """Run every undo newest first; return (and keep) the first undo failure, if any.
+
+        Only CNI and kernel failures of an undo are absorbed: a programming error in an undo
+        (a ``TypeError``) propagates like any other bug.
+        """
+        while self._steps:
+            what, undo = self._steps.pop()
+            try:
+                undo()
+            except (CniError, *failures()) as exc:
+                log.error(f"rollback step '{what}' failed: {exc}")
+                if self.first_error is None:
+                    self.first_error = exc
+        return self.first_error
