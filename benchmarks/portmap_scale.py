@@ -75,11 +75,11 @@ def populate_ours(n: int) -> None:
     """The state ``n`` ADDs leave, applied as the plugin's own transactions (100 pods each)."""
     from cnichain.common import nft
     from cnichain.plugins.portmap import layout
-    from cnichain.plugins.portmap.config import parse_config
+    from cnichain.plugins.portmap.config import load
 
     batch: list[str] = ["\n".join(layout.skeleton()) + "\n"]  # the table, as the first ADD builds it
     for i in range(n):
-        plan = layout.plan_owner(NETWORK, f"other{i}", parse_config(conf(i)), {4: pod_ip(i)})
+        plan = layout.plan_owner(NETWORK, f"other{i}", load(conf(i)), {4: pod_ip(i)})
         batch.append(layout.fast_add(plan))
         if len(batch) == 100 or i == n - 1:
             rc, _out, err = nft.handle().cmd("".join(batch))

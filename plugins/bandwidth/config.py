@@ -68,7 +68,7 @@ def _validate(rate: int, burst: int) -> None:
         raise plugin_error("burst cannot be more than 4GB")
 
 
-def parse_config(conf: dict) -> BandwidthConfig:
+def load(conf: dict) -> BandwidthConfig:
     """The effective limits of a network config, validated with the reference's messages."""
     d = gojson.decode(conf, SCHEMA, _PREFIX)
     # The four top-level keys fill an embedded *BandwidthEntry, which Go allocates as soon as one

@@ -9,7 +9,7 @@ layout and IFB names).  Differences, all on purpose:
 * CHECK succeeds when nothing is configured (the reference crashes: upstream #1221) and also
   verifies the ingress qdisc and the redirect filter;
 * GC (CNI 1.1) deletes IFBs this plugin created for attachments the runtime no longer lists;
-* overflowing burst arithmetic saturates instead of wrapping (see tbf.py).
+* overflowing burst arithmetic saturates instead of wrapping (see plan.py).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from cnichain.common.rollback import Rollback
 from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import Interface, Result
 
-from . import tbf
-from .config import BandwidthConfig, ifb_name, parse_config
+from . import plan
+from .config import BandwidthConfig, ifb_name, load
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
@@ -36,32 +36,32 @@ PSCHED = "/proc/net/psched"
 def _tick() -> float:
     try:
         with open(PSCHED, "rb") as fh:  # bytes: a text-mode open would import a codec module
-            return tbf.tick_in_usec(fh.read().decode("ascii", "replace"))
+            return plan.tick_in_usec(fh.read().decode("ascii", "replace"))
     except OSError as exc:
         raise plugin_error(f"cannot read {PSCHED}: {exc.strerror}") from None
 
 
-def _plans(cfg: BandwidthConfig, tick: float) -> tuple[Optional[tbf.TbfParams], Optional[tbf.TbfParams]]:
-    ingress = tbf.plan(cfg.ingress, tick, "ingress") if cfg.ingress else None
-    egress = tbf.plan(cfg.egress, tick, "egress") if cfg.egress else None
+def _plans(cfg: BandwidthConfig, tick: float) -> tuple[Optional[plan.TbfParams], Optional[plan.TbfParams]]:
+    ingress = plan.tbf(cfg.ingress, tick, "ingress") if cfg.ingress else None
+    egress = plan.tbf(cfg.egress, tick, "egress") if cfg.egress else None
     return ingress, egress
 
 
 def _ifb_alias(req: Request) -> str:
     """Marks the IFB as ours and names its attachment, so GC can tell whose it is."""
-    from .tc import IFB_ALIAS_PREFIX
+    from .kernel import IFB_ALIAS_PREFIX
 
     return f"{IFB_ALIAS_PREFIX} net={req.network_name} id={req.container_id}"
 
 
 def _host_veth(host: Any, req: Request, prev: Result) -> Any:
     """The host-side veth of CNI_IFNAME, which must be a non-sandbox interface of prevResult."""
-    from . import tc
+    from . import kernel
 
     if not prev.interfaces:
         raise plugin_error("no interfaces provided")
-    peer = tc.veth_peer_index(req.netns, req.ifname)
-    link = tc.host_veth_by_peer(host, peer)
+    peer = kernel.veth_peer_index(req.netns, req.ifname)
+    link = kernel.host_veth_by_peer(host, peer)
     if prev.find_interface(link.name, in_sandbox=False) is None:
         raise plugin_error("no veth peer of container interface found in host ns")
     return link
@@ -70,7 +70,7 @@ def _host_veth(host: Any, req: Request, prev: Result) -> Any:
 # -- ADD ---------------------------------------------------------------------------------------
 
 def cmd_add(req: Request) -> Result:
-    cfg = parse_config(req.conf)
+    cfg = load(req.conf)
     prev = req.prev_result
     if not cfg.shaped:
         # Nothing to shape: pass the previous result through, touch nothing (no pyroute2 import).
@@ -83,28 +83,28 @@ def cmd_add(req: Request) -> Result:
 
     from cnichain.common import netlink
 
-    from . import tc
+    from . import kernel
 
     with netlink.session() as host:
         veth = _host_veth(host, req, prev)
         undo = Rollback()
         try:
             if ingress is not None:
-                tc.add_tbf(host, veth.index, ingress)
-                undo.push("tbf", lambda: tc.delete_qdisc(host, veth.index, tc.TBF_HANDLE, tc.TC_H_ROOT))
+                kernel.add_tbf(host, veth.index, ingress)
+                undo.push("tbf", lambda: kernel.delete_qdisc(host, veth.index, kernel.TBF_HANDLE, kernel.TC_H_ROOT))
             if egress is not None:
                 name = ifb_name(req.network_name, req.container_id)
-                ifb = tc.create_ifb(host, name, veth.mtu)
-                undo.push("ifb link", lambda: tc.delete_link(host, ifb.index))
+                ifb = kernel.create_ifb(host, name, veth.mtu)
+                undo.push("ifb link", lambda: kernel.delete_link(host, ifb.index))
                 try:
-                    tc.add_tbf(host, ifb.index, egress)
+                    kernel.add_tbf(host, ifb.index, egress)
                 except KernelError as exc:
                     raise exc.rewrap(f"create ifb qdisc: {exc.context}") from None  # as the reference nests it
-                tc.ifb_up(host, ifb, _ifb_alias(req))
+                kernel.ifb_up(host, ifb, _ifb_alias(req))
                 # The redirect goes in last: no packet reaches the IFB before it is shaped.
-                tc.add_ingress_qdisc(host, veth.index)
-                undo.push("ingress", lambda: tc.delete_qdisc(host, veth.index, tc.INGRESS_HANDLE, tc.TC_H_INGRESS))
-                tc.add_redirect(host, veth.index, ifb.index)
+                kernel.add_ingress_qdisc(host, veth.index)
+                undo.push("ingress", lambda: kernel.delete_qdisc(host, veth.index, kernel.INGRESS_HANDLE, kernel.TC_H_INGRESS))
+                kernel.add_redirect(host, veth.index, ifb.index)
                 prev.interfaces.append(Interface(name=ifb.name, mac=ifb.mac))
         except BaseException:
             undo.unwind()
@@ -116,25 +116,25 @@ def cmd_add(req: Request) -> Result:
 # -- DEL ---------------------------------------------------------------------------------------
 
 def cmd_del(req: Request) -> None:
-    parse_config(req.conf)  # a config that does not parse fails DEL, as in the reference
+    load(req.conf)  # a config that does not parse fails DEL, as in the reference
     prev = req.prev_result
     name = ifb_name(req.network_name, req.container_id)
 
     from cnichain.common import netlink
 
-    from . import tc
+    from . import kernel
 
     with netlink.session() as host:
-        ifb = tc.get_link(host, name=name)
+        ifb = kernel.get_link(host, name=name)
         veths = _veths_for_del(host, req, prev)
         if not veths and ifb is not None:
-            veths = tc.veths_redirecting_to(host, ifb.index)
+            veths = kernel.veths_redirecting_to(host, ifb.index)
         for veth in veths:
-            removed = tc.remove_shaping(host, veth, ifb.index if ifb else None)
+            removed = kernel.remove_shaping(host, veth, ifb.index if ifb else None)
             if removed:
                 log.info(f"removed {', '.join(removed)}")
         if ifb is not None:
-            tc.delete_link(host, ifb.index)
+            kernel.delete_link(host, ifb.index)
             log.info(f"deleted {name}")
     return None
 
@@ -144,12 +144,12 @@ def _veths_for_del(host: Any, req: Request, prev: Optional[Result]) -> list[Any]
 
     Nothing here is required: a pod whose namespace or veth is gone has nothing left to unshape.
     """
-    from . import tc
+    from . import kernel
 
     if req.netns:
         try:
-            peer = tc.veth_peer_index(req.netns, req.ifname)
-            link = tc.get_link(host, index=peer)
+            peer = kernel.veth_peer_index(req.netns, req.ifname)
+            link = kernel.get_link(host, index=peer)
             if link is not None and link.kind == "veth":
                 if prev is None or prev.find_interface(link.name, in_sandbox=False) is not None:
                     return [link]
@@ -160,13 +160,13 @@ def _veths_for_del(host: Any, req: Request, prev: Optional[Result]) -> list[Any]
     if prev is None:
         return []
     names = [i.name for i in prev.interfaces if not i.sandbox and not i.name.startswith("bwp")]
-    return tc.iter_candidates(host, names)
+    return kernel.iter_candidates(host, names)
 
 
 # -- CHECK -------------------------------------------------------------------------------------
 
 def cmd_check(req: Request) -> None:
-    cfg = parse_config(req.conf)
+    cfg = load(req.conf)
     prev = req.prev_result
     if prev is None:
         raise plugin_error("must be called as a chained plugin")
@@ -176,29 +176,29 @@ def cmd_check(req: Request) -> None:
 
     from cnichain.common import netlink
 
-    from . import tc
+    from . import kernel
 
     with netlink.session() as host:
         veth = _host_veth(host, req, prev)
         if cfg.ingress is not None:
-            _check_tbf(host, veth, tbf.accepted(cfg.ingress, tick))
+            _check_tbf(host, veth, plan.accepted(cfg.ingress, tick))
         if cfg.egress is not None:
             name = ifb_name(req.network_name, req.container_id)
-            ifb = tc.get_link(host, name=name)
+            ifb = kernel.get_link(host, name=name)
             if ifb is None:
                 raise plugin_error("get ifb device: Link not found", name)
-            _check_tbf(host, ifb, tbf.accepted(cfg.egress, tick))
-            if not tc.has_ingress_qdisc(host, veth.index):
+            _check_tbf(host, ifb, plan.accepted(cfg.egress, tick))
+            if not kernel.has_ingress_qdisc(host, veth.index):
                 raise plugin_error(f"Failed to find ingress qdisc on {veth.name}")
-            if ifb.index not in tc.redirect_targets(host, veth.index):
+            if ifb.index not in kernel.redirect_targets(host, veth.index):
                 raise plugin_error(f"Failed to find filter redirecting {veth.name} to {name}")
     return None
 
 
-def _check_tbf(host: Any, link: Any, accepted: tuple[tbf.TbfParams, ...]) -> None:
-    from . import tc
+def _check_tbf(host: Any, link: Any, accepted: tuple[plan.TbfParams, ...]) -> None:
+    from . import kernel
 
-    q = tc.root_tbf(host, link.index)
+    q = kernel.root_tbf(host, link.index)
     if q is None or q.tbf is None:
         raise plugin_error("Failed to find qdisc", link.name)
     want = accepted[0]
@@ -222,25 +222,25 @@ def cmd_gc(req: Request) -> None:
     Only IFBs carrying our alias are considered (the reference's carry none, and the alias names
     the network), so IFBs of other networks and of other tools are never touched.
     """
-    parse_config(req.conf)
+    load(req.conf)
     valid = {cid for cid, _ in req.valid_attachments()}
 
     from cnichain.common import netlink
 
-    from . import tc
+    from . import kernel
 
-    prefix = f"{tc.IFB_ALIAS_PREFIX} net={req.network_name} id="
+    prefix = f"{kernel.IFB_ALIAS_PREFIX} net={req.network_name} id="
     with netlink.session() as host:
-        for link in tc.ifb_links(host):
+        for link in kernel.ifb_links(host):
             if not link.alias.startswith(prefix):
                 continue
             cid = link.alias[len(prefix):]
             if cid in valid or link.name != ifb_name(req.network_name, cid):
                 continue
             # A leaked veth still redirecting to the IFB would blackhole once the IFB is gone.
-            for veth in tc.veths_redirecting_to(host, link.index):
-                tc.remove_shaping(host, veth, link.index)
-            tc.delete_link(host, link.index)
+            for veth in kernel.veths_redirecting_to(host, link.index):
+                kernel.remove_shaping(host, veth, link.index)
+            kernel.delete_link(host, link.index)
             log.info(f"gc: deleted {link.name} of {cid}")
     return None
 

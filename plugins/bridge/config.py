@@ -203,7 +203,7 @@ def _mac_from_request(d: dict, cni_args: str) -> str:
     return parse_mac(mac) if mac else ""
 
 
-def load_config(conf: dict, cni_args: str = "", *, with_mac: bool = True) -> BridgeConfig:
+def load(conf: dict, cni_args: str = "", *, with_mac: bool = True) -> BridgeConfig:
     """Validate the whole network config (stdin) of a bridge invocation."""
     d = gojson.decode(conf, SCHEMA, _PREFIX)
     values: dict[str, Any] = {attr: d[key] for key, attr in _BOOLS.items()}

@@ -18,7 +18,7 @@ from cnichain.common.rollback import Rollback
 from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import Interface, Result
 
-from .config import load_config
+from .config import load
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec
 
 
 def _config(req: Request, *, with_mac: bool = True) -> BridgeConfig:
-    return load_config(req.conf, req.args, with_mac=with_mac)
+    return load(req.conf, req.args, with_mac=with_mac)
 
 
 def cmd_add(req: Request) -> Result:

@@ -393,7 +393,7 @@ def _routes(value: Optional[list]) -> tuple[Route, ...]:
 # -- the loader -------------------------------------------------------------------------------
 
 
-def load_ipam_config(conf: dict, cni_args: str = "") -> IpamConfig:
+def load(conf: dict, cni_args: str = "") -> IpamConfig:
     """Go's ``allocator.LoadIPAMConfig``: the full network config in, a validated config out."""
     d = gojson.decode(conf, SCHEMA)
     ipam = d["ipam"]

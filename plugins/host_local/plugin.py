@@ -12,7 +12,7 @@ from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import DNS, IPConfig, Result
 
 from .allocator import allocate, os_error_text
-from .config import IpamConfig, load_ipam_config
+from .config import IpamConfig, load
 from .dns import parse_resolv_conf
 from .store import DiskStore
 
@@ -37,7 +37,7 @@ def _os_errors(fn: Callable[[Request], Optional[Result]]) -> Callable[[Request],
 
 
 def _load(req: Request) -> IpamConfig:
-    return load_ipam_config(req.conf, req.args)
+    return load(req.conf, req.args)
 
 
 def _remove_locked(req: Request, remove: Callable[[IpamConfig, DiskStore], list[str]]) -> None:

@@ -165,7 +165,7 @@ def parse_mapping(raw: Any) -> PortMapping:
     return mapping_from(entry["runtimeConfig"]["portMappings"][0])
 
 
-def parse_config(conf: dict) -> PortmapConfig:
+def load(conf: dict) -> PortmapConfig:
     """Validate the portmap keys of a network config (``runtimeConfig`` included)."""
     d = gojson.decode(conf, SCHEMA, _PREFIX)
     backend = d["backend"]

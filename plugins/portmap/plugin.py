@@ -16,7 +16,7 @@ from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import Result
 
 from . import layout
-from .config import PortmapConfig, container_ips, parse_config
+from .config import PortmapConfig, container_ips, load
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # annotations only
 
 
 def _config(req: Request) -> PortmapConfig:
-    cfg = parse_config(req.conf)
+    cfg = load(req.conf)
     if cfg.ignored_keys:
         log.info(
             f"portmap: {', '.join(cfg.ignored_keys)} only tune the iptables backend's packet marks; "

@@ -6,7 +6,7 @@ from the pod even when the previous result did not list it; kernel errors fail t
 being printed to stderr and ignored; CNI 1.1.0 is supported.  DEL is a no-op, as in the reference
 (routes die with the pod's interface), and never loads pyroute2.
 
-Latency: DEL and VERSION load nothing beyond the skeleton; the config and planner modules (which
+Latency: DEL and VERSION load nothing beyond the skeleton; the config and plan modules (which
 need ``ipaddress``) are imported by ADD and CHECK only.
 """
 
@@ -25,7 +25,7 @@ PREV_MISSING = (
 
 def cmd_add(req: Request) -> Result:
     from .config import load
-    from .planner import new_result, routes_to_delete, target_interfaces
+    from .plan import new_result, routes_to_delete, target_interfaces
 
     cfg = load(req.conf)
     prev = req.require_prev_result(PREV_MISSING)
@@ -35,22 +35,22 @@ def cmd_add(req: Request) -> Result:
         return result  # nothing to change in the pod
     from cnichain.common import netlink
 
-    from . import routes
+    from . import kernel
 
     try:
         with netns.entered(req.netns):
             with netlink.session() as ipr:
-                indexes = routes.interface_indexes(ipr, targets)
-                kernel = routes.list_routes(ipr)
+                indexes = kernel.interface_indexes(ipr, targets)
+                present = kernel.list_routes(ipr)
                 by_index = {v: k for k, v in indexes.items()}
-                for r in routes_to_delete(kernel, set(indexes.values()), cfg):
-                    routes.delete(ipr, r, by_index.get(r.oif or 0, "?"))
+                for r in routes_to_delete(present, set(indexes.values()), cfg):
+                    kernel.delete(ipr, r, by_index.get(r.oif or 0, "?"))
                 if cfg.addroutes:
                     dev = targets[0]
-                    oif = routes.interface_or_error(indexes, dev)
-                    kernel = routes.list_routes(ipr)
+                    oif = kernel.interface_or_error(indexes, dev)
+                    present = kernel.list_routes(ipr)
                     for spec in cfg.addroutes:
-                        routes.add(ipr, spec, oif, dev, kernel)
+                        kernel.add(ipr, spec, oif, dev, present)
     except netns.NetnsGone as exc:
         raise plugin_error(f"failed to override routes: {exc.msg}") from None
     return result
@@ -63,7 +63,7 @@ def cmd_del(req: Request) -> None:
 
 def cmd_check(req: Request) -> None:
     from .config import load
-    from .planner import check_problems, target_interfaces
+    from .plan import check_problems, target_interfaces
 
     cfg = load(req.conf)
     if cfg.skipcheck:
@@ -76,13 +76,13 @@ def cmd_check(req: Request) -> None:
     targets = target_interfaces(prev, req.ifname)
     from cnichain.common import netlink
 
-    from . import routes
+    from . import kernel
 
     with netns.entered(req.netns):
         with netlink.session() as ipr:
-            indexes = routes.interface_indexes(ipr, targets)
-            kernel = routes.list_routes(ipr)
-    problems = check_problems(kernel, set(indexes.values()), prev, cfg)
+            indexes = kernel.interface_indexes(ipr, targets)
+            present = kernel.list_routes(ipr)
+    problems = check_problems(present, set(indexes.values()), prev, cfg)
     if problems:
         raise plugin_error(problems[0], "; ".join(problems[1:]))
     return None

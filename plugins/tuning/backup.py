@@ -5,16 +5,13 @@
 attachments in flight.  One key is ours: ``sysctl`` maps each relative sysctl path tuning wrote to
 ``{"old": ..., "new": ...}``; the reference ignores unknown keys, so the file stays compatible.
 
-The directory is created 0700 and files are written 0600 through a temporary file and a rename,
-so a crash never leaves a half-written backup that DEL would misread.
+Pure apart from reading the file: writing it is :mod:`.kernel`'s job.
 """
 
 from __future__ import annotations
 
 import json
 import os
-
-from cnichain.common.errors import plugin_error
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (typing costs milliseconds per exec)
@@ -61,37 +58,6 @@ def merge(existing: Optional[dict], new: dict) -> dict:
         if merged:
             out["sysctl"] = merged
     return out
-
-
-def save(path: str, data: dict) -> None:
-    directory = os.path.dirname(path)
-    try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-    except OSError as exc:
-        raise plugin_error(f"failed to create backup directory: {exc.strerror}: {directory}") from None
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, json.dumps(data, indent=1, sort_keys=True).encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except OSError as exc:
-        _unlink(tmp)
-        raise plugin_error(f"failed to save file {os.path.basename(path)}: {exc.strerror}") from None
-
-
-def remove(path: str) -> None:
-    _unlink(path)
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def link_part(data: dict) -> dict[str, Any]:

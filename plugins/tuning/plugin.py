@@ -19,13 +19,12 @@ import os
 
 from cnichain.common import netns, sysctl
 from cnichain.common.errors import CniError, plugin_error
-from cnichain.common.kernel_errors import KernelError
 from cnichain.common.log import log
 from cnichain.common.rollback import Rollback
 from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import Result
 
-from . import backup
+from . import backup, kernel, plan
 from .config import (
     Sysctl,
     TuningConfig,
@@ -44,47 +43,11 @@ if TYPE_CHECKING:  # annotations only
 PREV_MISSING = "Required prevResult missing"
 
 
-def _os_error(op: str, path: str, exc: OSError) -> CniError:
-    """Go's ``*os.PathError`` wording: ``open /proc/sys/...: no such file or directory``."""
-    return KernelError.of(exc, f"{op} {path}")
-
-
-def _same(a: str, b: str) -> bool:
-    """Sysctl values compare by their fields: ``0 2147483647`` reads back tab-separated."""
-    return a.split() == b.split()
-
-
-def _wanted_link(cfg: TuningConfig) -> dict[str, Any]:
-    """The configured link attributes, keyed like the backup file."""
-    out: dict[str, Any] = {}
-    if cfg.mac:
-        out["mac"] = cfg.mac
-    if cfg.promisc:
-        out["promisc"] = True
-    if cfg.mtu:
-        out["mtu"] = cfg.mtu
-    if cfg.allmulti is not None:
-        out["allmulti"] = cfg.allmulti
-    if cfg.txqlen is not None:
-        out["txQLen"] = cfg.txqlen
-    return out
-
-
 def _read_sysctl(path: str) -> str:
     try:
         return sysctl.read(path)
     except OSError as exc:
-        raise _os_error("open", path, exc) from None
-
-
-def _write_sysctl(path: str, value: str) -> None:
-    try:
-        sysctl.write(path, value)
-    except OSError as exc:
-        raise _os_error("write", path, exc) from None
-
-
-# -- ADD ----------------------------------------------------------------------------------------
+        raise kernel.os_error("open", path, exc) from None
 
 
 def cmd_add(req: Request) -> Result:
@@ -93,7 +56,7 @@ def cmd_add(req: Request) -> Result:
     check_allowlist(cfg, read_allowlist())
     sysctls = resolve_sysctls(cfg, req.ifname)
     prev = req.require_prev_result(PREV_MISSING)
-    wanted = _wanted_link(cfg)
+    wanted = plan.wanted_link(cfg)
     if not sysctls and not wanted:
         return prev  # e.g. podman's bare {"type": "tuning"}: nothing to do, nothing to enter
     with netns.entered(req.netns):
@@ -120,11 +83,9 @@ def _apply(req: Request, cfg: TuningConfig, sysctls: list[Sysctl], wanted: dict,
     state = None
     data: dict[str, Any] = {}
     if wanted:
-        from . import link
-
-        state = link.require(ipr, req.ifname)
-        data.update(link.snapshot(state, wanted))
-    changed = {s.rel: {"old": old, "new": s.value} for s, old in olds if not _same(old, s.value)}
+        state = kernel.require(ipr, req.ifname)
+        data.update(plan.link_snapshot(state, wanted))
+    changed = plan.changed_sysctls(olds)
     if changed:
         data["sysctl"] = changed
     path = backup.backup_path(cfg.data_dir, req.container_id, req.ifname)
@@ -132,27 +93,25 @@ def _apply(req: Request, cfg: TuningConfig, sysctls: list[Sysctl], wanted: dict,
     undo = Rollback()
     try:
         if data:
-            backup.save(path, backup.merge(existing, data))
-            undo.push("backup file", lambda: backup.save(path, existing) if existing else backup.remove(path))
+            kernel.save_backup(path, backup.merge(existing, data))
+            undo.push("backup file", lambda: kernel.save_backup(path, existing) if existing else kernel.remove_backup(path))
         for s, old in olds:
             if s.rel in changed:
-                _write_sysctl(s.path, s.value)
-                undo.push(f"sysctl {s.path}", lambda s=s, old=old: sysctl.write(s.path, old))
+                kernel.write_sysctl(s.path, s.value)
+                undo.push(f"sysctl {s.path}", lambda s=s, old=old: kernel.write_sysctl(s.path, old))
         if wanted:
             # Registered first: a partly applied change is put back as a whole.
             undo.push("link attributes", lambda: _restore_link(ipr, req.ifname, data))
-            link.apply(ipr, state, req.ifname, wanted)
+            kernel.apply(ipr, state, req.ifname, wanted)
     except BaseException:
         undo.unwind()
         raise
 
 
 def _restore_link(ipr: Any, ifname: str, data: dict) -> None:
-    from . import link
-
-    now = link.read(ipr, ifname)
+    now = kernel.read(ipr, ifname)
     if now is not None:
-        link.apply(ipr, now, ifname, backup.link_part(data))
+        kernel.apply(ipr, now, ifname, backup.link_part(data))
 
 
 # -- DEL ----------------------------------------------------------------------------------------
@@ -165,20 +124,20 @@ def cmd_del(req: Request) -> None:
     if data is None:
         return None  # nothing was changed, or already restored: no namespace, no netlink
     if not data or not req.netns:
-        backup.remove(path)  # unreadable, or the pod's namespace is already gone
+        kernel.remove_backup(path)  # unreadable, or the pod's namespace is already gone
         return None
     try:
         with netns.entered(req.netns):
             errors = _restore(req, data)
     except netns.NetnsGone:
-        backup.remove(path)
+        kernel.remove_backup(path)
         return None
     if errors:
         # As the reference: DEL still succeeds (a failing DEL wedges pod deletion), but the backup
         # stays so a repeated DEL can try again.
         log.error(f"tuning: restore of {req.ifname} incomplete: {'; '.join(errors)}")
         return None
-    backup.remove(path)
+    kernel.remove_backup(path)
     return None
 
 
@@ -194,23 +153,18 @@ def _restore(req: Request, data: dict) -> list[str]:
                 continue
             full = os.path.join(sysctl.PROC_SYS, rel)
             try:
-                if _same(sysctl.read(full), new):
-                    sysctl.write(full, old)
-            except FileNotFoundError:
-                continue  # the interface this sysctl belonged to is gone
+                kernel.restore_sysctl(full, old, new)  # False: its interface is gone, nothing to do
             except OSError as exc:
                 errors.append(f"failed to restore {full}: {exc.strerror}")
     wanted = backup.link_part(data)
     if wanted:
         from cnichain.common import netlink
 
-        from . import link
-
         with netlink.session() as ipr:
-            state = link.read(ipr, req.ifname)
+            state = kernel.read(ipr, req.ifname)
             if state is not None:
                 try:
-                    link.apply(ipr, state, req.ifname, wanted)
+                    kernel.apply(ipr, state, req.ifname, wanted)
                 except CniError as exc:
                     errors.append(exc.msg)
     return errors
@@ -224,11 +178,11 @@ def cmd_check(req: Request) -> None:
     cfg = load(req.conf, req.args)
     req.require_prev_result(PREV_MISSING)
     sysctls = resolve_sysctls(cfg, req.ifname)  # IFNAME resolved here too (the reference forgot)
-    wanted = _wanted_link(cfg)
+    wanted = plan.wanted_link(cfg)
     with netns.entered(req.netns):
         for s in sysctls:
             current = _read_sysctl(s.path)
-            if not _same(current, s.value):
+            if not plan.same(current, s.value):
                 raise plugin_error(
                     f"Error: Tuning configured value of {s.path} is {s.value}, current value is {current}"
                 )
@@ -238,10 +192,8 @@ def cmd_check(req: Request) -> None:
             return None
         from cnichain.common import netlink
 
-        from . import link
-
         with netlink.session() as ipr:
-            state = link.read(ipr, req.ifname)
+            state = kernel.read(ipr, req.ifname)
     if state is None:
         raise plugin_error(f"Cannot find container link {req.ifname}")
     _compare(req.ifname, cfg, state)

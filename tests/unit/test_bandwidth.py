@@ -11,8 +11,8 @@ import pytest
 
 from cnichain.common.errors import CniError
 from cnichain.common.version import ALL
-from cnichain.plugins.bandwidth import tbf
-from cnichain.plugins.bandwidth.config import BandwidthConfig, Shape, ifb_name, parse_config
+from cnichain.plugins.bandwidth import plan as tbf
+from cnichain.plugins.bandwidth.config import BandwidthConfig, Shape, ifb_name, load
 from cnichain.plugins.bandwidth.plugin import PLUGIN
 from tests.helpers import dispatch
 
@@ -46,31 +46,31 @@ def prev_at(version: str) -> dict:
 # -- config --------------------------------------------------------------------------------------
 
 def test_top_level_keys():
-    cfg = parse_config(conf(ingressRate=8000, ingressBurst=800, egressRate=16000, egressBurst=1600))
+    cfg = load(conf(ingressRate=8000, ingressBurst=800, egressRate=16000, egressBurst=1600))
     assert cfg == BandwidthConfig(Shape(8000, 800), Shape(16000, 1600), "config")
 
 
 def test_runtime_config_used_without_top_level_keys():
-    cfg = parse_config(conf(runtimeConfig={"bandwidth": {"ingressRate": 1000, "ingressBurst": 100}}))
+    cfg = load(conf(runtimeConfig={"bandwidth": {"ingressRate": 1000, "ingressBurst": 100}}))
     assert cfg.ingress == Shape(1000, 100) and cfg.egress is None and cfg.source == "runtimeConfig"
 
 
 def test_any_top_level_key_hides_runtime_config_entirely():
     # Even a zero at top level makes the reference ignore runtimeConfig.bandwidth.
-    cfg = parse_config(conf(egressRate=0, runtimeConfig={"bandwidth": {"ingressRate": 1000, "ingressBurst": 100}}))
+    cfg = load(conf(egressRate=0, runtimeConfig={"bandwidth": {"ingressRate": 1000, "ingressBurst": 100}}))
     assert not cfg.shaped
 
 
 def test_keys_match_case_insensitively_like_go():
-    cfg = parse_config(conf(IngressRate=1000, INGRESSBURST=100))
+    cfg = load(conf(IngressRate=1000, INGRESSBURST=100))
     assert cfg.ingress == Shape(1000, 100)
 
 
 def test_null_and_absent_mean_zero():
-    assert not parse_config(conf()).shaped
-    assert not parse_config(conf(runtimeConfig={"bandwidth": None})).shaped
-    assert not parse_config(conf(runtimeConfig={"bandwidth": {}})).shaped
-    assert not parse_config(conf(ingressRate=None, ingressBurst=None)).shaped
+    assert not load(conf()).shaped
+    assert not load(conf(runtimeConfig={"bandwidth": None})).shaped
+    assert not load(conf(runtimeConfig={"bandwidth": {}})).shaped
+    assert not load(conf(ingressRate=None, ingressBurst=None)).shaped
 
 
 @pytest.mark.parametrize(
@@ -96,7 +96,7 @@ def test_validation_applies_to_runtime_config_too():
 
 def test_largest_accepted_burst():
     # The cap is on burst/8: CRI-O sends 2^32*8 - 1 bits, which must pass.
-    assert parse_config(conf(ingressRate=10, ingressBurst=(2**32 - 1) * 8 - 1)).ingress is not None
+    assert load(conf(ingressRate=10, ingressBurst=(2**32 - 1) * 8 - 1)).ingress is not None
 
 
 @pytest.mark.parametrize(
@@ -137,21 +137,21 @@ def test_tick_parse():
 
 def test_plan_matches_reference_numbers():
     # 1 Mbit/s with 1 Mbit burst: 125000 B/s, 1 s of refill, 25 ms of queue on top of the burst.
-    p = tbf.plan(Shape(1_000_000, 1_000_000), TICK, "ingress")
+    p = tbf.tbf(Shape(1_000_000, 1_000_000), TICK, "ingress")
     assert p == tbf.TbfParams(rate=125_000, buffer=15_625_000, limit=3125 + 125_000)
     assert tbf.burst_bytes(p, TICK) == 125_000
 
 
 def test_plan_of_the_readme_example():
     # 123 bit/s, 456 bit burst -> 15 B/s, 57 B: 3.8 s of refill.
-    p = tbf.plan(Shape(123, 456), TICK, "egress")
+    p = tbf.tbf(Shape(123, 456), TICK, "egress")
     assert p.rate == 15 and p.limit == 57 and p.buffer == int(3_800_000 * 15.625)
 
 
 def test_overflow_saturates_and_check_accepts_reference_wrap():
     # containerd's burst (2^32-1 bits) at 1 Mbit/s overflows the uint32 tick count.
     shape = Shape(1_000_000, 2**32 - 1)
-    ours = tbf.plan(shape, TICK, "ingress")
+    ours = tbf.tbf(shape, TICK, "ingress")
     assert ours.buffer == 2**32 - 1
     accepted = tbf.accepted(shape, TICK)
     assert accepted[0] == ours and len(accepted) == 2
@@ -163,19 +163,19 @@ def test_overflow_saturates_and_check_accepts_reference_wrap():
 def test_limit_saturates_where_reference_wraps():
     # CRI-O's burst (just under 4 GB) plus 25 ms of queue does not fit in 32 bits.
     shape = Shape(8_000_000, (2**32 - 1) * 8 - 1)
-    assert tbf.plan(shape, TICK, "egress").limit == 2**32 - 1
+    assert tbf.tbf(shape, TICK, "egress").limit == 2**32 - 1
     assert tbf.accepted(shape, TICK)[1].limit == (25_000 + 2**32 - 2) & (2**32 - 1)
 
 
 def test_rate64():
-    p = tbf.plan(Shape(400_000_000_000, 8_000_000), TICK, "ingress")  # 400 Gbit/s
+    p = tbf.tbf(Shape(400_000_000_000, 8_000_000), TICK, "ingress")  # 400 Gbit/s
     assert p.rate == 50_000_000_000 > 2**32
 
 
 @pytest.mark.parametrize("shape, fragment", [(Shape(7, 100), "rate 7"), (Shape(800, 7), "burst 7")])
 def test_plan_refuses_what_the_kernel_cannot_represent(shape, fragment):
     with pytest.raises(Exception) as info:
-        tbf.plan(shape, TICK, "ingress")
+        tbf.tbf(shape, TICK, "ingress")
     assert fragment in str(info.value)
 
 

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from cnichain.common.errors import CniError
-from cnichain.plugins.bridge.config import load_config
+from cnichain.plugins.bridge.config import load
 
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "data", "corpus")
 
@@ -20,13 +20,13 @@ def conf(**keys):
 
 
 def test_defaults():
-    cfg = load_config(conf())
+    cfg = load(conf())
     assert cfg.bridge == "cni0" and not cfg.is_gateway and not cfg.ip_masq and cfg.mtu == 0
     assert not cfg.is_layer3 and cfg.mac == "" and cfg.vlan == 0
 
 
 def test_default_gateway_implies_gateway_and_unknown_keys_are_ignored():
-    cfg = load_config(conf(isDefaultGateway=True, addIf="true", somethingNew={"x": 1}))
+    cfg = load(conf(isDefaultGateway=True, addIf="true", somethingNew={"x": 1}))
     assert cfg.is_gateway and cfg.is_default_gateway
 
 
@@ -56,33 +56,33 @@ def test_default_gateway_implies_gateway_and_unknown_keys_are_ignored():
 )
 def test_errors(keys, message):
     with pytest.raises(CniError) as info:
-        load_config(conf(**keys))
+        load(conf(**keys))
     assert message in info.value.msg
     assert info.value.code == 999
 
 
 def test_trunk_ranges():
-    cfg = load_config(conf(vlanTrunk=[{"id": 7}, {"minID": 10, "maxID": 12}]))
+    cfg = load(conf(vlanTrunk=[{"id": 7}, {"minID": 10, "maxID": 12}]))
     assert cfg.vlan_trunk == (7, 10, 11, 12) and cfg.needs_vlan_filtering
 
 
 def test_mac_precedence():
     # CNI_ARGS < args.cni.mac < runtimeConfig.mac
-    assert load_config(conf(), "IgnoreUnknown=1;MAC=02:00:00:00:00:01").mac == "02:00:00:00:00:01"
+    assert load(conf(), "IgnoreUnknown=1;MAC=02:00:00:00:00:01").mac == "02:00:00:00:00:01"
     c = conf(args={"cni": {"mac": "02:00:00:00:00:02"}})
-    assert load_config(c, "MAC=02:00:00:00:00:01").mac == "02:00:00:00:00:02"
+    assert load(c, "MAC=02:00:00:00:00:01").mac == "02:00:00:00:00:02"
     c["runtimeConfig"] = {"mac": "02-00-00-00-00-0A"}
-    assert load_config(c, "MAC=02:00:00:00:00:01").mac == "02:00:00:00:00:0a"
+    assert load(c, "MAC=02:00:00:00:00:01").mac == "02:00:00:00:00:0a"
 
 
 def test_cni_args_unknown_keys_need_ignore_unknown():
     with pytest.raises(CniError, match=r'ARGS: unknown args \["K8S_POD_NAME=x"\]'):
-        load_config(conf(), "K8S_POD_NAME=x")
-    assert load_config(conf(), "IgnoreUnknown=1;K8S_POD_NAME=x").mac == ""
+        load(conf(), "K8S_POD_NAME=x")
+    assert load(conf(), "IgnoreUnknown=1;K8S_POD_NAME=x").mac == ""
 
 
 def test_del_ignores_bad_mac():
-    assert load_config(conf(runtimeConfig={"mac": "bogus"}), with_mac=False).mac == ""
+    assert load(conf(runtimeConfig={"mac": "bogus"}), with_mac=False).mac == ""
 
 
 @pytest.mark.parametrize(
@@ -94,7 +94,7 @@ def test_corpus_bridge_entries_parse(name):
     with open(os.path.join(CORPUS, name)) as fh:
         data = json.load(fh)
     entry = next(p for p in data["plugins"] if p["type"] == "bridge")
-    cfg = load_config(dict(entry, name=data["name"], cniVersion=data["cniVersion"]))
+    cfg = load(dict(entry, name=data["name"], cniVersion=data["cniVersion"]))
     assert cfg.is_layer3 and cfg.is_gateway and cfg.ip_masq
 
 
@@ -104,5 +104,5 @@ def test_shipped_conflist_parses():
         data = json.load(fh)
     assert data["cniVersion"] == "1.0.0"
     entry = data["plugins"][0]
-    cfg = load_config(dict(entry, name=data["name"], cniVersion=data["cniVersion"]))
+    cfg = load(dict(entry, name=data["name"], cniVersion=data["cniVersion"]))
     assert cfg.ipam_type == "host-local"

@@ -7,12 +7,12 @@ import pytest
 from cnichain.common.errors import CniError
 from cnichain.common.types import DNS, IPConfig, Result, Route
 from cnichain.plugins.bridge import nftplan
-from cnichain.plugins.bridge.config import load_config
+from cnichain.plugins.bridge.config import load
 from cnichain.plugins.bridge.plan import PodRoute, plan_l3, result_dns
 
 
 def cfg(**keys):
-    return load_config({"cniVersion": "1.0.0", "name": "net", "ipam": {"type": "host-local"}, **keys})
+    return load({"cniVersion": "1.0.0", "name": "net", "ipam": {"type": "host-local"}, **keys})
 
 
 def ipam(*addrs, routes=(), gateway=""):

@@ -82,14 +82,14 @@ ROUTE_OVERRIDE_ARGS = {"args": {"cni": {
 }}}
 
 CASES = {
-    "portmap": (portmap.parse_config, portmap.SCHEMA, PORTMAP_FULL),
+    "portmap": (portmap.load, portmap.SCHEMA, PORTMAP_FULL),
     "portmap-external-chain": (
-        portmap.parse_config, portmap.SCHEMA,
+        portmap.load, portmap.SCHEMA,
         {"externalSetMarkChain": "KUBE-MARK-MASQ", "backend": "nftables", **BANDWIDTH_TOP,
          "runtimeConfig": PORTMAP_FULL["runtimeConfig"]},
     ),
-    "bandwidth-top-level": (bandwidth.parse_config, bandwidth.SCHEMA, BANDWIDTH_TOP),
-    "bandwidth-capability": (bandwidth.parse_config, bandwidth.SCHEMA, BANDWIDTH_RUNTIME),
+    "bandwidth-top-level": (bandwidth.load, bandwidth.SCHEMA, BANDWIDTH_TOP),
+    "bandwidth-capability": (bandwidth.load, bandwidth.SCHEMA, BANDWIDTH_RUNTIME),
     "tuning": (tuning.load, tuning.SCHEMA, TUNING_FULL),
     "tuning-without-args": (tuning.load, tuning.SCHEMA, {k: v for k, v in TUNING_FULL.items() if k != "args"}),
     "route-override": (route_override.load, route_override.SCHEMA, ROUTE_OVERRIDE_FULL),
@@ -192,7 +192,7 @@ BANDWIDTH_CAPABILITY = {
 
 @pytest.mark.parametrize("runtime", sorted(PORTMAP_CAPABILITY))
 def test_port_mappings_from_each_runtime(runtime):
-    cfg = portmap.parse_config(_conf({"runtimeConfig": {"portMappings": PORTMAP_CAPABILITY[runtime]}}))
+    cfg = portmap.load(_conf({"runtimeConfig": {"portMappings": PORTMAP_CAPABILITY[runtime]}}))
     assert cfg.mappings == (
         portmap.PortMapping(18081, 80, "tcp", ""),
         portmap.PortMapping(18082, 53, "udp", "192.0.2.7"),
@@ -201,7 +201,7 @@ def test_port_mappings_from_each_runtime(runtime):
 
 @pytest.mark.parametrize("runtime", sorted(BANDWIDTH_CAPABILITY))
 def test_bandwidth_from_each_runtime(runtime):
-    cfg = bandwidth.parse_config(_conf({"runtimeConfig": {"bandwidth": BANDWIDTH_CAPABILITY[runtime]}}))
+    cfg = bandwidth.load(_conf({"runtimeConfig": {"bandwidth": BANDWIDTH_CAPABILITY[runtime]}}))
     assert cfg.ingress == bandwidth.Shape(10_000_000, 20_000_000)
     assert cfg.egress == bandwidth.Shape(5_000_000, 10_000_000)
     assert cfg.source == "runtimeConfig"
@@ -214,8 +214,8 @@ def test_containerd_dns_capability_is_accepted_beside_the_others():
         "bandwidth": BANDWIDTH_CAPABILITY["containerd"],
         "dns": {"Servers": ["10.96.0.10"], "Searches": ["svc.cluster.local"], "Options": ["ndots:5"]},
     }
-    assert len(portmap.parse_config(_conf({"runtimeConfig": rc})).mappings) == 2
-    assert bandwidth.parse_config(_conf({"runtimeConfig": rc})).shaped
+    assert len(portmap.load(_conf({"runtimeConfig": rc})).mappings) == 2
+    assert bandwidth.load(_conf({"runtimeConfig": rc})).shaped
 
 
 # -- the shared NetConf keys and prevResult ------------------------------------------------------

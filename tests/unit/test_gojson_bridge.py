@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from cnichain.common.types import DNS
-from cnichain.plugins.bridge.config import SCHEMA, load_config
+from cnichain.plugins.bridge.config import SCHEMA
+from cnichain.plugins.bridge.config import load as load_config
 from tests.gocase import go_casing, keys, outcome, path_id, recase_all, remove, rename, replace, upper_casing
 
 # Two configs that together use every key bridge decodes (a VLAN excludes isGateway here, and

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 from cnichain.common import gojson
-from cnichain.plugins.host_local.config import SCHEMA, load_ipam_config
+from cnichain.plugins.host_local.config import SCHEMA
+from cnichain.plugins.host_local.config import load as load_ipam_config
 from cnichain.plugins.host_local.plugin import PLUGIN
 from tests.gocase import go_casing, keys, outcome, path_id, recase_all, remove, rename, replace, upper_casing
 from tests.helpers import dispatch

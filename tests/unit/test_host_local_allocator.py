@@ -9,7 +9,7 @@ import pytest
 
 from cnichain.common.errors import CniError
 from cnichain.plugins.host_local.allocator import allocate, iterate
-from cnichain.plugins.host_local.config import load_ipam_config
+from cnichain.plugins.host_local.config import load
 
 
 class FakeStore:
@@ -43,7 +43,7 @@ class FakeStore:
 
 
 def cfg(ranges, version="1.0.0"):
-    return load_ipam_config({"cniVersion": version, "name": "n", "ipam": {"ranges": ranges}})
+    return load({"cniVersion": version, "name": "n", "ipam": {"ranges": ranges}})
 
 
 def addrs(allocs):
@@ -117,7 +117,7 @@ def test_duplicate_allocation_refused():
 
 def requested(ranges, *ips, version="1.0.0"):
     conf = {"cniVersion": version, "name": "n", "ipam": {"ranges": ranges}, "runtimeConfig": {"ips": list(ips)}}
-    return load_ipam_config(conf)
+    return load(conf)
 
 
 def test_requested_ip_is_used_and_becomes_last_reserved():

@@ -7,7 +7,7 @@ import ipaddress
 import pytest
 
 from cnichain.common.errors import CniError
-from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR, load_ipam_config
+from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR, load
 
 
 def net(ipam: dict, **top) -> dict:
@@ -21,7 +21,7 @@ def ip(text: str):
 
 
 def test_legacy_range_defaults():
-    cfg = load_ipam_config(net({"subnet": "10.1.2.0/24"}))
+    cfg = load(net({"subnet": "10.1.2.0/24"}))
     (rs,) = cfg.ranges
     (r,) = rs.ranges
     assert (r.start, r.end, r.gateway) == (ip("10.1.2.1"), ip("10.1.2.254"), ip("10.1.2.1"))
@@ -30,13 +30,13 @@ def test_legacy_range_defaults():
 
 
 def test_ipv6_default_end_is_all_ones():
-    cfg = load_ipam_config(net({"ranges": [[{"subnet": "fd00::/120"}]]}))
+    cfg = load(net({"ranges": [[{"subnet": "fd00::/120"}]]}))
     r = cfg.ranges[0].ranges[0]
     assert (str(r.start), str(r.end), str(r.gateway)) == ("fd00::1", "fd00::ff", "fd00::1")
 
 
 def test_explicit_bounds_gateway_and_str():
-    cfg = load_ipam_config(
+    cfg = load(
         net({"ranges": [[{"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.10", "rangeEnd": "10.0.0.20", "gateway": "10.0.0.254"}]]})
     )
     r = cfg.ranges[0].ranges[0]
@@ -44,7 +44,7 @@ def test_explicit_bounds_gateway_and_str():
 
 
 def test_order_runtime_ranges_then_legacy_then_ranges():
-    cfg = load_ipam_config(
+    cfg = load(
         net(
             {"subnet": "10.1.0.0/24", "ranges": [[{"subnet": "10.2.0.0/24"}]]},
             runtimeConfig={"ipRanges": [[{"subnet": "10.3.0.0/24"}]]},
@@ -54,7 +54,7 @@ def test_order_runtime_ranges_then_legacy_then_ranges():
 
 
 def test_requested_ips_order_cni_args_args_runtime():
-    cfg = load_ipam_config(
+    cfg = load(
         net(
             {"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "fd00::/64"}]]},
             args={"cni": {"ips": ["10.0.0.7/24"]}},
@@ -66,17 +66,17 @@ def test_requested_ips_order_cni_args_args_runtime():
 
 
 def test_keys_match_case_insensitively_like_go():
-    cfg = load_ipam_config(net({"Ranges": [[{"Subnet": "10.0.0.0/24", "RANGESTART": "10.0.0.5"}]], "DataDir": "/tmp/x"}))
+    cfg = load(net({"Ranges": [[{"Subnet": "10.0.0.0/24", "RANGESTART": "10.0.0.5"}]], "DataDir": "/tmp/x"}))
     assert str(cfg.ranges[0].ranges[0].start) == "10.0.0.5" and cfg.data_dir == "/tmp/x"
 
 
 def test_ipv4_mapped_addresses_are_ipv4():
-    cfg = load_ipam_config(net({"subnet": "10.0.0.0/24"}, runtimeConfig={"ips": ["::ffff:10.0.0.9"]}))
+    cfg = load(net({"subnet": "10.0.0.0/24"}, runtimeConfig={"ips": ["::ffff:10.0.0.9"]}))
     assert cfg.requested_ips == (ip("10.0.0.9"),)
 
 
 def test_routes_and_resolvconf():
-    cfg = load_ipam_config(
+    cfg = load(
         net({"subnet": "10.0.0.0/24", "resolvConf": "/etc/r", "routes": [{"dst": "0.0.0.0/0"}, {"dst": "fd00::5/64", "gw": "fd00::1", "mtu": 1400}]})
     )
     assert [(r.dst, r.gw, r.mtu) for r in cfg.routes] == [("0.0.0.0/0", "", None), ("fd00::5/64", "fd00::1", 1400)]
@@ -84,14 +84,14 @@ def test_routes_and_resolvconf():
 
 
 def test_gateway_outside_subnet_is_accepted_like_v111():
-    cfg = load_ipam_config(net({"subnet": "10.0.0.0/24", "gateway": "10.9.0.1"}))
+    cfg = load(net({"subnet": "10.0.0.0/24", "gateway": "10.9.0.1"}))
     assert str(cfg.ranges[0].ranges[0].gateway) == "10.9.0.1"
 
 
 def test_more_than_one_address_per_family_ok_from_030():
     conf = net({"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "10.1.0.0/24"}]]})
     conf["cniVersion"] = "0.3.0"
-    assert len(load_ipam_config(conf).ranges) == 2
+    assert len(load(conf).ranges) == 2
 
 
 R = "ranges"
@@ -133,6 +133,6 @@ ERRORS = [
 @pytest.mark.parametrize("conf,cni_args,message", ERRORS, ids=[e[2][:60] for e in ERRORS])
 def test_error_messages(conf, cni_args, message):
     with pytest.raises(CniError) as info:
-        load_ipam_config(conf, cni_args)
+        load(conf, cni_args)
     assert info.value.msg == message
     assert info.value.code == 999

@@ -6,7 +6,7 @@ import pytest
 
 from cnichain.common.types import Result
 from cnichain.plugins.portmap import layout
-from cnichain.plugins.portmap.config import PortMapping, container_ips, parse_config
+from cnichain.plugins.portmap.config import PortMapping, container_ips, load
 from cnichain.plugins.portmap.plugin import PLUGIN
 from tests.helpers import dispatch
 
@@ -42,12 +42,12 @@ def maps(*entries):
 
 
 def test_defaults():
-    cfg = parse_config(conf())
+    cfg = load(conf())
     assert cfg.snat and not cfg.masq_all and cfg.mappings == ()
 
 
 def test_mapping_parse_normalises_protocol_and_host_ip():
-    cfg = parse_config(conf(**maps(
+    cfg = load(conf(**maps(
         {"hostPort": 8080, "containerPort": 80, "protocol": "TCP"},
         {"hostPort": 53, "containerPort": 53, "protocol": "udp", "hostIP": "::ffff:192.0.2.1"},
         {"hostPort": 9, "containerPort": 9, "protocol": "Sctp", "hostIP": "2001:db8::1"},
@@ -109,12 +109,12 @@ def test_config_errors(extra, msg):
 
 
 def test_mark_keys_are_accepted():
-    assert parse_config(conf(externalSetMarkChain="KUBE-MARK-MASQ")).ignored_keys == ["externalSetMarkChain"]
-    assert parse_config(conf(markMasqBit=13)).ignored_keys == ["markMasqBit"]
+    assert load(conf(externalSetMarkChain="KUBE-MARK-MASQ")).ignored_keys == ["externalSetMarkChain"]
+    assert load(conf(markMasqBit=13)).ignored_keys == ["markMasqBit"]
 
 
 def test_nft_conditions_are_kept():
-    cfg = parse_config(conf(conditionsV4=["ip", "saddr", "!=", "10.0.0.1"], conditionsV6=["ip6 saddr fd00::/8"]))
+    cfg = load(conf(conditionsV4=["ip", "saddr", "!=", "10.0.0.1"], conditionsV6=["ip6 saddr fd00::/8"]))
     assert cfg.conditions(4) == "ip saddr != 10.0.0.1"
     assert cfg.conditions(6) == "ip6 saddr fd00::/8"
 
@@ -132,7 +132,7 @@ def test_container_ips_follow_the_reference_choice():
 
 
 def _plan(cid="c1", ips=None, **extra):
-    cfg = parse_config(conf(**extra))
+    cfg = load(conf(**extra))
     return layout.plan_owner("pmnet", cid, cfg, ips or {4: "10.1.0.5", 6: "fd00::5"})
 
 
@@ -247,7 +247,7 @@ def test_rebuild_shared_ip_keeps_the_other_owners_masquerade():
 def test_stale_owners_for_gc():
     m = maps({"hostPort": 8080, "containerPort": 80})
     a, b = _plan("a", **m), _plan("b", **m)
-    other = layout.plan_owner("othernet", "z", parse_config(conf(**m)), {4: "10.1.0.9"})
+    other = layout.plan_owner("othernet", "z", load(conf(**m)), {4: "10.1.0.9"})
     snap = _snapshot_with(a, b, other)
     assert layout.stale_owners(snap, "pmnet", ["a"]) == [b.owner]
     assert layout.stale_owners(snap, "pmnet", ["a", "b"]) == []

@@ -5,14 +5,14 @@ from __future__ import annotations
 import hashlib
 
 from cnichain.plugins.portmap import layout
-from cnichain.plugins.portmap.config import parse_config
+from cnichain.plugins.portmap.config import load
 
 T = layout.T
 
 
 def plan(cid="a", ips=None, *ports, snat=True):
     maps = [{"hostPort": p, "containerPort": 80} for p in ports or (8080,)]
-    cfg = parse_config({"snat": snat, "runtimeConfig": {"portMappings": maps}})
+    cfg = load({"snat": snat, "runtimeConfig": {"portMappings": maps}})
     return layout.plan_owner("pmnet", cid, cfg, ips or {4: "10.1.0.5"})
 
 

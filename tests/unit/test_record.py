@@ -9,9 +9,9 @@ import pytest
 
 from cnichain.common.record import FrozenRecord, Record
 from cnichain.common.skel import Plugin
-from cnichain.plugins.host_local.config import load_ipam_config
+from cnichain.plugins.host_local.config import load
 from cnichain.plugins.portmap.config import PortMapping
-from cnichain.plugins.route_override.planner import KernelRoute
+from cnichain.plugins.route_override.plan import KernelRoute
 from cnichain.plugins.tuning.config import TuningConfig
 
 
@@ -79,7 +79,7 @@ def test_frozen_records_copy_deepcopy_and_pickle():
     assert copy.copy(p) == p and copy.deepcopy(p) == p
     assert copy.deepcopy(p).y is not p.y
     assert pickle.loads(pickle.dumps(FPoint(1, 2))) == FPoint(1, 2)
-    cfg = load_ipam_config({"cniVersion": "1.0.0", "name": "n", "ipam": {"subnet": "10.0.0.0/24"}})
+    cfg = load({"cniVersion": "1.0.0", "name": "n", "ipam": {"subnet": "10.0.0.0/24"}})
     assert pickle.loads(pickle.dumps(cfg)) == cfg and hash(cfg) == hash(copy.deepcopy(cfg))
 
 

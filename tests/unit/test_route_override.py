@@ -12,7 +12,7 @@ import pytest
 
 from cnichain.common.types import Result
 from cnichain.plugins.route_override.config import RouteOverrideConfig, load
-from cnichain.plugins.route_override.planner import (
+from cnichain.plugins.route_override.plan import (
     KernelRoute,
     check_problems,
     new_result,

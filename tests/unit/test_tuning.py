@@ -13,7 +13,7 @@ import pytest
 
 from cnichain.common.errors import Code
 from cnichain.common.types import Result
-from cnichain.plugins.tuning import backup, config
+from cnichain.plugins.tuning import backup, config, kernel
 from cnichain.plugins.tuning.config import (
     TuningConfig,
     check_allowlist,
@@ -209,7 +209,7 @@ def test_allowlist(tmp_path):
 def test_backup_save_is_root_only_and_atomic(tmp_path):
     path = backup.backup_path(str(tmp_path / "d"), "ctr1", "eth0")
     assert path.endswith("/d/ctr1_eth0.json")
-    backup.save(path, {"mtu": 1500})
+    kernel.save_backup(path, {"mtu": 1500})
     assert stat.S_IMODE(os.stat(tmp_path / "d").st_mode) == 0o700
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert backup.load(path) == {"mtu": 1500}
@@ -305,7 +305,7 @@ def test_del_without_backup_is_a_noop(cni_version, tmp_path):
 
 def test_del_with_netns_gone_drops_the_backup(tmp_path):
     path = backup.backup_path(str(tmp_path), "ctr1", "eth0")
-    backup.save(path, {"mtu": 1500})
+    kernel.save_backup(path, {"mtu": 1500})
     code, _ = dispatch(PLUGIN, "DEL", conf_for("1.0.0", dataDir=str(tmp_path)), CNI_NETNS="/nonexistent/netns")
     assert code == 0 and not os.path.exists(path)
     code, _ = dispatch(PLUGIN, "DEL", conf_for("1.0.0", dataDir=str(tmp_path)), CNI_NETNS="/nonexistent/netns")

@@ -22,7 +22,7 @@ from cnichain.common import netlink
 from cnichain.common.errors import plugin_error
 from cnichain.common.kernel_errors import KernelError, failures
 
-from .tbf import UINT32_MAX, TbfParams
+from .plan import UINT32_MAX, TbfParams
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

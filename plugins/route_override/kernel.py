@@ -15,7 +15,7 @@ from cnichain.common.errors import plugin_error
 from cnichain.common.kernel_errors import KernelError, failures
 
 from .config import RouteSpec
-from .planner import KernelRoute, route_present
+from .plan import KernelRoute, route_present
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only

@@ -74,7 +74,7 @@ def _compute(rate_bits: int, burst_bits: int, tick: float, conv) -> TbfParams:
     return TbfParams(rate=rate, buffer=buffer, limit=limit)
 
 
-def plan(shape: Shape, tick: float, direction: str) -> TbfParams:
+def tbf(shape: Shape, tick: float, direction: str) -> TbfParams:
     """The TBF parameters for one direction; refuses limits the kernel cannot represent."""
     if shape.rate < 8:
         raise plugin_error(f"invalid {direction} rate {shape.rate}: must be at least 8 bits per second")

@@ -1,15 +1,22 @@
-"""Interface attributes over netlink: the only tuning module that loads pyroute2.
+"""Every write tuning makes: interface attributes over netlink, sysctls, the backup file.
 
-Every function takes an ``IPRoute`` opened by the caller with its thread inside the pod namespace,
-and the caller imports this module only when a link attribute is configured (ADD/CHECK) or a
-backup of link attributes exists (DEL), so sysctl-only configs never pay for pyroute2.
+Link functions take an ``IPRoute`` opened by the caller with its thread inside the pod namespace;
+netlink (and so pyroute2) is loaded only when a link attribute is configured (ADD/CHECK) or a
+backup of link attributes exists (DEL), so sysctl-only configs never pay for it.  Sysctls are
+files under /proc/sys written with the thread inside the pod namespace.
+
+The backup file is written 0600 through a temporary file and a rename (its directory 0700), so a
+crash never leaves a half-written backup that DEL would misread.
 """
 
 from __future__ import annotations
 
-from cnichain.common import netlink
-from cnichain.common.errors import plugin_error
-from cnichain.common.kernel_errors import reported_as
+import json
+import os
+
+from cnichain.common import sysctl
+from cnichain.common.errors import CniError, plugin_error
+from cnichain.common.kernel_errors import KernelError, reported_as
 from cnichain.common.record import FrozenRecord
 
 TYPE_CHECKING = False
@@ -37,6 +44,8 @@ class LinkState(FrozenRecord):
 
 def read(ipr: Any, ifname: str) -> Optional[LinkState]:
     """The interface's current attributes, or None when there is no such interface."""
+    from cnichain.common import netlink  # contextlib: not for sysctl-only configs
+
     index = netlink.link_index(ipr, ifname)
     if index is None:
         return None
@@ -84,13 +93,61 @@ def apply(ipr: Any, state: LinkState, ifname: str, changes: dict[str, Any]) -> N
         _set(ipr, "tx queue length", ifname, index=idx, txqlen=int(changes["txQLen"]))
 
 
-def snapshot(state: LinkState, wanted: dict[str, Any]) -> dict[str, Any]:
-    """The current values of exactly the attributes ``wanted`` changes (the backup's content)."""
-    current = {
-        "mac": state.mac,
-        "promisc": state.promisc,
-        "mtu": state.mtu,
-        "allmulti": state.allmulti,
-        "txQLen": state.txqlen,
-    }
-    return {k: current[k] for k in wanted}
+# -- sysctls ------------------------------------------------------------------------------------
+
+
+def os_error(op: str, path: str, exc: OSError) -> CniError:
+    """Go's ``*os.PathError`` wording: ``open /proc/sys/...: no such file or directory``."""
+    return KernelError.of(exc, f"{op} {path}")
+
+
+def write_sysctl(path: str, value: str) -> None:
+    try:
+        sysctl.write(path, value)
+    except OSError as exc:
+        raise os_error("write", path, exc) from None
+
+
+def restore_sysctl(path: str, old: str, new: str) -> bool:
+    """Put ``old`` back while the sysctl still holds ``new`` (what tuning wrote); False when it
+    belongs to an interface that is gone.  A later change by someone else wins."""
+    try:
+        if sysctl.read(path).split() == new.split():
+            sysctl.write(path, old)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+# -- the backup file ----------------------------------------------------------------------------
+
+
+def save_backup(path: str, data: dict) -> None:
+    directory = os.path.dirname(path)
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise plugin_error(f"failed to create backup directory: {exc.strerror}: {directory}") from None
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, json.dumps(data, indent=1, sort_keys=True).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        _unlink(tmp)
+        raise plugin_error(f"failed to save file {os.path.basename(path)}: {exc.strerror}") from None
+
+
+def remove_backup(path: str) -> None:
+    _unlink(path)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
