@@ -125,9 +125,9 @@ def _check_routes(pod: Any, prev: Result) -> None:
 
 
 def _check_masquerade(req: Request, prev: Result) -> None:
-    from . import firewall
+    from . import kernel
 
-    have = firewall.masquerade_addresses(req.network_name, req.container_id, req.ifname) or []
+    have = kernel.masquerade_addresses(req.network_name, req.container_id, req.ifname) or []
     have_ips = {ipaddress.ip_address(a) for a in have}
     for ip in prev.ips:
         addr = ipaddress.ip_interface(ip.address).ip

@@ -54,7 +54,7 @@ def cmd_add(req: Request) -> Result:
 
 
 def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo: Rollback) -> Result:
-    from . import firewall, kernel
+    from . import kernel
     from .plan import plan_l3, result_dns
 
     bridge, created = kernel.ensure_bridge(host, cfg)
@@ -75,8 +75,8 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
     container_mac = kernel.mac_of(container)
 
     if cfg.macspoofchk:
-        undo.push("remove spoof check", lambda: firewall.remove_spoof_check(cfg.network, req.container_id, req.ifname))
-        firewall.add_spoof_check(cfg.network, req.container_id, req.ifname, veth_name, container_mac)
+        undo.push("remove spoof check", lambda: kernel.remove_spoof_check(cfg.network, req.container_id, req.ifname))
+        kernel.add_spoof_check(cfg.network, req.container_id, req.ifname, veth_name, container_mac)
 
     result = Result(cni_version=req.cni_version)
     bridge_mac = ""  # known without a lookup once the gateway step pinned it
@@ -91,8 +91,8 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
             bridge_mac = kernel.ensure_bridge_addrs(host, bridge, cfg, plan.bridge_addrs)
             kernel.enable_forwarding(plan.families)
         if cfg.ip_masq:
-            undo.push("remove masquerade", lambda: firewall.remove_masquerade(cfg.network, req.container_id, req.ifname))
-            firewall.add_masquerade(cfg.network, req.container_id, req.ifname, [ip.address for ip in plan.ips])
+            undo.push("remove masquerade", lambda: kernel.remove_masquerade(cfg.network, req.container_id, req.ifname))
+            kernel.add_masquerade(cfg.network, req.container_id, req.ifname, [ip.address for ip in plan.ips])
         result.ips, result.routes, result.dns = plan.ips, plan.routes, result_dns(cfg, ipam)
     elif not cfg.disable_container_interface:
         kernel.set_up(pod, container_index, req.ifname)
@@ -117,16 +117,13 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
 
 def cmd_del(req: Request) -> None:
     cfg = _config(req, with_mac=False)
-    if cfg.ip_masq or cfg.macspoofchk:
-        from . import firewall
+    from . import kernel  # no pyroute2 or nftables binding until a call needs one
 
-        if cfg.ip_masq:
-            firewall.remove_masquerade(cfg.network, req.container_id, req.ifname)
-        if cfg.macspoofchk:
-            firewall.remove_spoof_check(cfg.network, req.container_id, req.ifname)
+    if cfg.ip_masq:
+        kernel.remove_masquerade(cfg.network, req.container_id, req.ifname)
+    if cfg.macspoofchk:
+        kernel.remove_spoof_check(cfg.network, req.container_id, req.ifname)
     if req.netns:
-        from . import kernel
-
         kernel.delete_pod_link(req.netns, req.ifname)
     if cfg.is_layer3:
         delegate_ipam(req, "DEL")
@@ -151,10 +148,10 @@ def cmd_gc(req: Request) -> None:
     """CNI 1.1 GC (the reference has none): drop rules of attachments the runtime no longer has."""
     cfg = _config(req, with_mac=False)
     if cfg.ip_masq or cfg.macspoofchk:
-        from . import firewall, nftplan
+        from . import kernel, rules
 
-        keep = {nftplan.owner_tag(cfg.network, cid, ifname) for cid, ifname in req.valid_attachments()}
-        firewall.gc(cfg.network, keep)
+        keep = {rules.owner_tag(cfg.network, cid, ifname) for cid, ifname in req.valid_attachments()}
+        kernel.gc(cfg.network, keep)
     if cfg.is_layer3:
         delegate_ipam(req, "GC")
     return None

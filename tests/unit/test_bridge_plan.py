@@ -6,7 +6,7 @@ import pytest
 
 from cnichain.common.errors import CniError
 from cnichain.common.types import DNS, IPConfig, Result, Route
-from cnichain.plugins.bridge import nftplan
+from cnichain.plugins.bridge import rules
 from cnichain.plugins.bridge.config import load
 from cnichain.plugins.bridge.plan import PodRoute, plan_l3, result_dns
 
@@ -64,29 +64,29 @@ def test_dns_config_overrides_ipam():
 # -- nftables --------------------------------------------------------------------------------------
 
 def test_owner_tag_and_comment():
-    tag = nftplan.owner_tag("net", "ctr1", "eth0")
+    tag = rules.owner_tag("net", "ctr1", "eth0")
     assert len(tag) == 33 and tag[16] == "-"
-    text = nftplan.comment("net", "ctr1", "eth0")
+    text = rules.comment("net", "ctr1", "eth0")
     assert text.startswith(tag) and text.endswith("net: net, if: eth0, id: ctr1")
-    assert len(nftplan.comment("n" * 100, "c" * 64, "eth0")) == 128
+    assert len(rules.comment("n" * 100, "c" * 64, "eth0")) == 128
 
 
 def test_masq_rule_excludes_subnet_and_multicast():
-    rule = nftplan.masq_rule("10.1.2.7/24", "tag")["add"]["rule"]
-    assert rule["family"] == "inet" and rule["table"] == nftplan.MASQ_TABLE
+    rule = rules.masq_rule("10.1.2.7/24", "tag")["add"]["rule"]
+    assert rule["family"] == "inet" and rule["table"] == rules.MASQ_TABLE
     exprs = rule["expr"]
     assert exprs[0]["match"]["right"] == "10.1.2.7"
     assert exprs[1]["match"] == {"op": "!=", "left": {"payload": {"protocol": "ip", "field": "daddr"}},
                                  "right": {"prefix": {"addr": "10.1.2.0", "len": 24}}}
     assert exprs[2]["match"]["right"] == {"prefix": {"addr": "224.0.0.0", "len": 4}}
     assert exprs[3] == {"masquerade": None}
-    v6 = nftplan.masq_rule("fd00::5/64", "tag")["add"]["rule"]["expr"]
+    v6 = rules.masq_rule("fd00::5/64", "tag")["add"]["rule"]["expr"]
     assert v6[0]["match"]["left"]["payload"]["protocol"] == "ip6"
     assert v6[2]["match"]["right"] == {"prefix": {"addr": "ff00::", "len": 8}}
 
 
 def test_masq_add_is_one_transaction_replacing_stale_rules():
-    cmds = nftplan.masq_add(["10.1.2.7/24", "fd00::5/64"], "c", [11, 12])
+    cmds = rules.masq_add(["10.1.2.7/24", "fd00::5/64"], "c", [11, 12])
     kinds = [next(iter(c)) + ":" + next(iter(next(iter(c.values())))) for c in cmds]
     assert kinds == ["add:table", "add:chain", "delete:rule", "delete:rule", "add:rule", "add:rule"]
 
@@ -96,19 +96,19 @@ def _listing(*rules):
 
 
 def test_owned_handles_and_gc():
-    mine = nftplan.comment("net", "a", "eth0")
-    other = nftplan.comment("net", "b", "eth0")
-    foreign = nftplan.comment("othernet", "a", "eth0")
+    mine = rules.comment("net", "a", "eth0")
+    other = rules.comment("net", "b", "eth0")
+    foreign = rules.comment("othernet", "a", "eth0")
     listing = _listing({"handle": 4, "comment": mine}, {"handle": 5, "comment": other},
                        {"handle": 6, "comment": foreign}, {"handle": 7})
-    assert nftplan.owned_handles(listing, nftplan.owner_tag("net", "a", "eth0")) == [4]
-    assert nftplan.owned_handles(None, "x") == []
-    keep = {nftplan.owner_tag("net", "a", "eth0")}
-    assert nftplan.stale_for_gc(listing, "net", keep) == [5]
+    assert rules.owned_handles(listing, rules.owner_tag("net", "a", "eth0")) == [4]
+    assert rules.owned_handles(None, "x") == []
+    keep = {rules.owner_tag("net", "a", "eth0")}
+    assert rules.stale_for_gc(listing, "net", keep) == [5]
 
 
 def test_spoof_rule():
-    cmds = nftplan.spoof_add("veth12345678", "02:00:00:00:00:01", "c", [])
+    cmds = rules.spoof_add("veth12345678", "02:00:00:00:00:01", "c", [])
     rule = cmds[-1]["add"]["rule"]
     assert rule["family"] == "bridge" and rule["expr"][0]["match"]["right"] == "veth12345678"
     assert rule["expr"][1]["match"]["op"] == "!=" and rule["expr"][2] == {"drop": None}
