@@ -74,13 +74,13 @@ def exec_plugin(binary: str, command: str, cid: str, stdin: dict, bin_dir: str) 
 def populate_ours(n: int) -> None:
     """The state ``n`` ADDs leave, applied as the plugin's own transactions (100 pods each)."""
     from cnichain.common import nft
-    from cnichain.plugins.portmap import layout
+    from cnichain.plugins.portmap import plan as planning
     from cnichain.plugins.portmap.config import load
 
-    batch: list[str] = ["\n".join(layout.skeleton()) + "\n"]  # the table, as the first ADD builds it
+    batch: list[str] = ["\n".join(planning.skeleton()) + "\n"]  # the table, as the first ADD builds it
     for i in range(n):
-        plan = layout.plan_owner(NETWORK, f"other{i}", load(conf(i)), {4: pod_ip(i)})
-        batch.append(layout.fast_add(plan))
+        plan = planning.plan_owner(NETWORK, f"other{i}", load(conf(i)), {4: pod_ip(i)})
+        batch.append(planning.fast_add(plan))
         if len(batch) == 100 or i == n - 1:
             rc, _out, err = nft.handle().cmd("".join(batch))
             if rc != 0:

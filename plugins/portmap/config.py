@@ -21,9 +21,6 @@ if TYPE_CHECKING:  # annotations only: typing and dataclasses cost ~8 ms per exe
     from cnichain.common.types import Result
 
 PROTOCOLS = ("tcp", "udp", "sctp")
-# Characters that would let a condition end the rule it is spliced into (nft statement
-# separators, comments) or that have no business in a match expression.
-_FORBIDDEN_IN_CONDITION = (";", "\n", "\r", "#", "\0", "\\")
 
 
 class PortMapping(FrozenRecord):
@@ -129,11 +126,9 @@ def _conditions(raw: Optional[list], key: str) -> tuple[str, ...]:
             f"iptables-specific options [{key}]",
             f"{key} must be nftables match expressions (e.g. \"ip saddr 10.0.0.0/8\"), got {list(raw or ())}",
         )
-    joined = " ".join(tokens)
-    bad = [ch for ch in _FORBIDDEN_IN_CONDITION if ch in joined]
-    if bad or joined.count('"') % 2 or joined.count("{") != joined.count("}"):
-        raise plugin_error(f"failed to parse config: {key} is not a single nftables match expression: {joined!r}")
-    return tokens
+    from .conditions import validated  # ipaddress: only for configs that have conditions
+
+    return validated(tokens, key)
 
 
 def mapping_from(entry: dict) -> PortMapping:

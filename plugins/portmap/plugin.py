@@ -15,8 +15,9 @@ from cnichain.common.rollback import Rollback
 from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import Result
 
-from . import layout
+from . import names
 from .config import PortmapConfig, container_ips, load
+from .plan import SKELETON_RULES, OwnerPlan, plan_owner
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
@@ -33,13 +34,13 @@ def _config(req: Request) -> PortmapConfig:
     return cfg
 
 
-def _plan(req: Request, cfg: PortmapConfig, prev: Result) -> tuple[Optional[layout.OwnerPlan], dict[int, str]]:
+def _plan(req: Request, cfg: PortmapConfig, prev: Result) -> tuple[Optional[OwnerPlan], dict[int, str]]:
     """The container's rules and keys as the config and prevResult describe them (None when
     there is nothing to map), and the container IPs they were planned for."""
     if not cfg.mappings:
         return None, {}
     ips = container_ips(prev, req.ifname)
-    plan = layout.plan_owner(req.network_name, req.container_id, cfg, ips)
+    plan = plan_owner(req.network_name, req.container_id, cfg, ips)
     return (None if plan.empty else plan), ips
 
 
@@ -49,24 +50,24 @@ def cmd_add(req: Request) -> Result:
     plan, ips = _plan(req, cfg, prev)
     if plan is None:
         return prev
-    from . import host, tables
+    from . import kernel
 
     localnet = None
     if cfg.snat and 4 in ips and any(m.applies_to(4) for m in cfg.mappings):
-        localnet = host.localnet_interface(ips[4], prev)
+        localnet = kernel.localnet_interface(ips[4], prev)
     undo = Rollback()
     try:
-        tables.install(plan)
-        undo.push("remove rules", lambda: tables.remove(plan.owner))
+        kernel.install(plan)
+        undo.push("remove rules", lambda: kernel.remove(plan.owner))
         if localnet:
-            host.enable_route_localnet(localnet)
+            kernel.enable_route_localnet(localnet)
     except BaseException:
         undo.unwind()  # all or nothing
         raise
     for family in sorted(ips):
         udp = sorted({m.host_port for m in cfg.mappings if m.protocol == "udp" and m.applies_to(family)})
         if udp:
-            host.flush_udp_conntrack(family, udp)
+            kernel.flush_udp_conntrack(family, udp)
     return prev
 
 
@@ -82,9 +83,9 @@ def cmd_del(req: Request) -> None:
             prev = None
         if prev is not None:
             plan, _ips = _plan(req, cfg, prev)
-    from . import tables
+    from . import kernel
 
-    tables.remove(layout.owner_id(req.network_name, req.container_id), plan)
+    kernel.remove(names.owner_id(req.network_name, req.container_id), plan)
     return None
 
 
@@ -94,30 +95,32 @@ def cmd_check(req: Request) -> None:
     plan, _ips = _plan(req, cfg, prev)
     if plan is None:
         return None
-    from . import tables
+    from . import kernel
 
-    for chain, rules in layout.SKELETON_RULES.items():
-        if (tables.chain_rule_count(chain) or 0) < rules:
-            raise plugin_error(f'missing hostport rules in shared chain "{chain}" of table {layout.T}')
-    have = tables.owner_comments(plan.owner)
+    for chain, rules in SKELETON_RULES.items():
+        if (kernel.chain_rule_count(chain) or 0) < rules:
+            raise plugin_error(f'missing hostport rules in shared chain "{chain}" of table {names.T}')
+    have = kernel.owner_comments(plan.owner)
     if have is None:
-        raise plugin_error(f'missing hostport rules: chain "{layout.dnat_chain(plan.owner)}" not found')
+        raise plugin_error(f'missing hostport rules: chain "{names.dnat_chain(plan.owner)}" not found')
     missing = [k for k in plan.dnat_keys + plan.masq_keys if k not in have]
     if missing:
-        raise plugin_error(f"missing hostport rules in chain {layout.dnat_chain(plan.owner)!r}: {missing}")
+        raise plugin_error(f"missing hostport rules in chain {names.dnat_chain(plan.owner)!r}: {missing}")
     if plan.masq_rules:
-        count = tables.chain_rule_count(layout.masq_chain(plan.owner))
+        count = kernel.chain_rule_count(names.masq_chain(plan.owner))
         if not count or count < len(plan.masq_rules):
-            raise plugin_error(f'missing masquerade rules in chain "{layout.masq_chain(plan.owner)}"')
+            raise plugin_error(f'missing masquerade rules in chain "{names.masq_chain(plan.owner)}"')
     return None
 
 
 def cmd_gc(req: Request) -> None:
     _config(req)
     valid = [cid for cid, _ifname in req.valid_attachments()]
-    from . import tables
+    from . import kernel
 
-    tables.remove_many(lambda snap: layout.stale_owners(snap, req.network_name, valid))
+    from .rebuild import stale_owners
+
+    kernel.remove_many(lambda snap: stale_owners(snap, req.network_name, valid))
     return None
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from cnichain.cli.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common.types import Result
-from cnichain.plugins.portmap import layout
+from cnichain.plugins.portmap import names, rebuild as slow
 
 pytestmark = pytest.mark.integration
 
@@ -95,10 +95,10 @@ def pod_ips(result: dict) -> dict[int, str]:
 
 
 def table(lab):
-    out = lab.run(lab.node, "nft", "-j", "list", "table", "inet", layout.TABLE, check=False)
+    out = lab.run(lab.node, "nft", "-j", "list", "table", "inet", names.TABLE, check=False)
     if out.returncode != 0:
-        return layout.Snapshot()
-    return layout.Snapshot.from_json(json.loads(out.stdout)["nftables"])
+        return slow.Snapshot()
+    return slow.Snapshot.from_json(json.loads(out.stdout)["nftables"])
 
 
 def test_traffic_v4_v6_localhost_hairpin_then_del(lab, node):
@@ -229,7 +229,7 @@ def test_two_pods_share_a_host_port_and_dels_touch_only_their_own(lab, node):
             runtime.add(conf, att)
             pods[name] = att
             servers.append(serve(lab, ns, 80, name))
-        bucket = layout.bucket_chain("any/4/tcp/8080")
+        bucket = names.bucket_chain("any/4/tcp/8080")
         assert table(lab).elements["any/4/tcp/8080"] == bucket
         assert fetch(lab, client, NODE4, 8080) == "old"
         runtime.check(conf, pods["old"])
@@ -299,7 +299,7 @@ def test_contract_per_version(lab, plugin_dir, routed, cni_version):
     code, out = run_plugin(lab, plugin_dir, "ADD", pm_conf(cni_version, prev, mappings), "c-ver")
     assert code == 0, out
     assert out == prev  # passed through unchanged, in the config's version
-    owner = layout.owner_id("pmsyn", "c-ver")
+    owner = names.owner_id("pmsyn", "c-ver")
     assert owner in table(lab).owners()
     if cni_version >= "0.4.0":
         code, out = run_plugin(lab, plugin_dir, "CHECK", pm_conf(cni_version, prev, mappings), "c-ver")
@@ -323,10 +323,10 @@ def test_readd_replaces_and_shared_ip_is_kept(lab, plugin_dir, routed):
     assert run_plugin(lab, plugin_dir, "ADD", pm_conf("1.0.0", prev, m2), "a")[0] == 0  # no DEL between
     assert run_plugin(lab, plugin_dir, "ADD", pm_conf("1.0.0", prev, m1), "b")[0] == 0  # same IP as a
     snap = table(lab)
-    a, b = layout.owner_id("pmsyn", "a"), layout.owner_id("pmsyn", "b")
+    a, b = names.owner_id("pmsyn", "a"), names.owner_id("pmsyn", "b")
     assert sorted(snap.keys(a)[0]) == ["any/4/tcp/9090", "any/6/tcp/9090"]
     assert snap.elements["any/4/tcp/8080"] == f"c-{b}"
-    assert snap.elements["masq/10.66.0.5"] == layout.bucket_chain("masq/10.66.0.5")
+    assert snap.elements["masq/10.66.0.5"] == names.bucket_chain("masq/10.66.0.5")
     assert run_plugin(lab, plugin_dir, "DEL", pm_conf("1.0.0"), "a")[0] == 0
     snap = table(lab)
     assert snap.owners() == [b]
@@ -363,7 +363,7 @@ def test_parallel_add_del_of_20_pods(lab, plugin_dir, routed):
     assert not errors
     snap = table(lab)
     alive = list(range(10, 25))
-    assert sorted(snap.owners()) == sorted(layout.owner_id("pmsyn", f"par{i}") for i in alive)
+    assert sorted(snap.owners()) == sorted(names.owner_id("pmsyn", f"par{i}") for i in alive)
     expect_keys = set()
     for i in alive:
         for m in mappings(i):
@@ -372,13 +372,13 @@ def test_parallel_add_del_of_20_pods(lab, plugin_dir, routed):
         expect_keys |= {f"masq/10.66.0.{i + 2}", f"masq/fd66::{i + 2:x}"}
     assert set(snap.elements) == expect_keys
     shared = snap.elements["any/4/tcp/7000"]
-    assert shared == layout.bucket_chain("any/4/tcp/7000")
+    assert shared == names.bucket_chain("any/4/tcp/7000")
     jumps = [c for c in snap.comments[shared]]
-    assert sorted(jumps) == sorted(layout.owner_id("pmsyn", f"par{i}") for i in alive if i % 2)
+    assert sorted(jumps) == sorted(names.owner_id("pmsyn", f"par{i}") for i in alive if i % 2)
     # nothing else lingers: owner chains, masq chains, the two shared buckets and the base chains
-    expected_chains = {"prerouting", "output", "postrouting", "hostports", shared, layout.bucket_chain("any/6/tcp/7000")}
+    expected_chains = {"prerouting", "output", "postrouting", "hostports", shared, names.bucket_chain("any/6/tcp/7000")}
     for i in alive:
-        o = layout.owner_id("pmsyn", f"par{i}")
+        o = names.owner_id("pmsyn", f"par{i}")
         expected_chains |= {f"c-{o}", f"m-{o}"}
     assert set(snap.chains) == expected_chains
 
@@ -394,14 +394,17 @@ def test_gc_removes_containers_not_listed(lab, plugin_dir, routed):
     proc = lab.run(lab.node, "env", "-i", *[f"{k}={v}" for k, v in env.items()], os.path.join(plugin_dir, "portmap"),
                    check=False, input=json.dumps(gc))
     assert proc.returncode == 0, proc.stdout
-    assert sorted(table(lab).owners()) == sorted([layout.owner_id("pmsyn", "keep"), layout.owner_id("othernet", "gone1")])
+    assert sorted(table(lab).owners()) == sorted([names.owner_id("pmsyn", "keep"), names.owner_id("othernet", "gone1")])
 
 
 def test_bad_conditions_leave_nothing_behind(lab, plugin_dir, routed):
     conf = pm_conf("1.0.0", synthetic_prev(1, "1.0.0"), [{"hostPort": 8080, "containerPort": 80}],
                    conditionsV4=["ip", "saddr", "not-an-address"])
     code, out = run_plugin(lab, plugin_dir, "ADD", conf, "badcond")
-    assert code == 1 and "unable to set up nftables rules for port mappings" in out["msg"]
+    # Refused while parsing the config (issue 14), before nft sees anything.
+    assert code == 1 and out["code"] == 999
+    assert out["msg"] == "failed to parse config: conditionsV4 is not a single nftables match expression: 'ip saddr not-an-address'"
+    assert "'not-an-address' is not an IPv4 address or prefix" in out["details"]
     assert table(lab).owners() == []
     good = pm_conf("1.0.0", synthetic_prev(1, "1.0.0"), [{"hostPort": 8080, "containerPort": 80}],
                    conditionsV4=["ip", "saddr", "!=", "10.99.0.1"])
@@ -433,7 +436,7 @@ def test_check_reports_a_hand_flushed_shared_chain(lab, node):
                      capability_args={"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]})
     runtime.add(conf, att)
     runtime.check(conf, att)
-    lab.run(lab.node, "nft", "flush", "chain", "inet", layout.TABLE, "prerouting")
+    lab.run(lab.node, "nft", "flush", "chain", "inet", names.TABLE, "prerouting")
     with pytest.raises(PluginFailed, match='shared chain "prerouting"'):
         runtime.check(conf, att)
     runtime.delete(conf, Attachment("ctr-shared", att.netns, "eth0"))

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from cnichain.plugins.portmap import layout
+from cnichain.plugins.portmap import names, rebuild as slow
 
 pytestmark = pytest.mark.integration
 
@@ -35,11 +35,11 @@ def run(lab, plugin_dir, command: str, cid: str, stdin: dict) -> None:
     assert proc.returncode == 0, proc.stdout
 
 
-def table(lab) -> layout.Snapshot:
-    out = lab.run(lab.node, "nft", "-j", "list", "table", "inet", layout.TABLE, check=False)
+def table(lab) -> slow.Snapshot:
+    out = lab.run(lab.node, "nft", "-j", "list", "table", "inet", names.TABLE, check=False)
     if out.returncode != 0:
-        return layout.Snapshot()
-    return layout.Snapshot.from_json(json.loads(out.stdout)["nftables"])
+        return slow.Snapshot()
+    return slow.Snapshot.from_json(json.loads(out.stdout)["nftables"])
 
 
 def fallbacks(lab) -> int:
@@ -52,10 +52,10 @@ def fallbacks(lab) -> int:
 
 
 def owner(cid: str) -> str:
-    return layout.owner_id("delnet", cid)
+    return names.owner_id("delnet", cid)
 
 
-def empty(snap: layout.Snapshot) -> bool:
+def empty(snap: slow.Snapshot) -> bool:
     return snap.owners() == [] and snap.elements == {} and not any(c.startswith(("c-", "m-", "b-")) for c in snap.chains)
 
 
@@ -125,4 +125,4 @@ def test_shared_key_del_from_config_falls_back_and_hands_the_key_over(node, plug
 def test_del_before_any_add_on_the_node(node, plugin_dir):
     lab = node
     run(lab, plugin_dir, "DEL", "da", conf(lab, "10.88.0.2", [18080]))
-    assert lab.run(lab.node, "nft", "list", "table", "inet", layout.TABLE, check=False).returncode != 0
+    assert lab.run(lab.node, "nft", "list", "table", "inet", names.TABLE, check=False).returncode != 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cnichain.common.types import Result
-from cnichain.plugins.portmap import layout
+from cnichain.plugins.portmap import names, plan as planning, rebuild as slow
 from cnichain.plugins.portmap.config import PortMapping, container_ips, load
 from cnichain.plugins.portmap.plugin import PLUGIN
 from tests.helpers import dispatch
@@ -133,7 +133,7 @@ def test_container_ips_follow_the_reference_choice():
 
 def _plan(cid="c1", ips=None, **extra):
     cfg = load(conf(**extra))
-    return layout.plan_owner("pmnet", cid, cfg, ips or {4: "10.1.0.5", 6: "fd00::5"})
+    return planning.plan_owner("pmnet", cid, cfg, ips or {4: "10.1.0.5", 6: "fd00::5"})
 
 
 def test_plan_rules_per_family_and_host_ip():
@@ -167,22 +167,22 @@ def test_plan_conditions_prefix_each_rule():
 
 
 def test_owner_names_are_stable_and_distinct():
-    assert layout.owner_id("a", "b") == layout.owner_id("a", "b")
-    assert layout.owner_id("a", "b") != layout.owner_id("ab", "") != layout.owner_id("a", "c")
-    assert len(layout.dnat_chain(layout.owner_id("a", "b"))) == 34
+    assert names.owner_id("a", "b") == names.owner_id("a", "b")
+    assert names.owner_id("a", "b") != names.owner_id("ab", "") != names.owner_id("a", "c")
+    assert len(names.dnat_chain(names.owner_id("a", "b"))) == 34
 
 
 def test_key_round_trip():
-    assert layout.key_map("any/6/udp/53") == ("dnat_any", "ipv6 . udp . 53")
-    assert layout.key_map("ip/2001:db8::1/tcp/80") == ("dnat_ip6", "2001:db8::1 . tcp . 80")
-    assert layout.key_from_element("dnat_any", {"concat": ["ipv6", "udp", 53]}) == "any/6/udp/53"
-    assert layout.key_from_element("dnat_ip6", {"concat": ["2001:db8::1", "tcp", 80]}) == "ip/2001:db8::1/tcp/80"
-    assert layout.key_from_element("masq4", "10.1.0.5") == "masq/10.1.0.5"
+    assert names.key_map("any/6/udp/53") == ("dnat_any", "ipv6 . udp . 53")
+    assert names.key_map("ip/2001:db8::1/tcp/80") == ("dnat_ip6", "2001:db8::1 . tcp . 80")
+    assert names.key_from_element("dnat_any", {"concat": ["ipv6", "udp", 53]}) == "any/6/udp/53"
+    assert names.key_from_element("dnat_ip6", {"concat": ["2001:db8::1", "tcp", 80]}) == "ip/2001:db8::1/tcp/80"
+    assert names.key_from_element("masq4", "10.1.0.5") == "masq/10.1.0.5"
 
 
 def test_fast_delete_removes_only_own_keys():
     plan = _plan(**maps({"hostPort": 8080, "containerPort": 80}), ips={4: "10.1.0.5"})
-    script = layout.fast_delete(plan.owner, [c.rsplit('comment "', 1)[1][:-1] for c in plan.dnat_rules])
+    script = planning.fast_delete(plan.owner, [c.rsplit('comment "', 1)[1][:-1] for c in plan.dnat_rules])
     assert "delete element inet cnichain_portmap dnat_any { ipv4 . tcp . 8080 }" in script
     assert "delete element inet cnichain_portmap masq4 { 10.1.0.5 }" in script
     assert f"delete chain inet cnichain_portmap c-{plan.owner}" in script
@@ -190,18 +190,18 @@ def test_fast_delete_removes_only_own_keys():
 
 def _snapshot_with(*plans):
     """A snapshot as if ``plans`` had been installed one after another by the fast path."""
-    snap = layout.Snapshot()
+    snap = slow.Snapshot()
     handle = 10
     for p in plans:
-        for chain, comments in ((layout.dnat_chain(p.owner), [r.rsplit('comment "', 1)[1][:-1] for r in p.dnat_rules]),
-                                (layout.masq_chain(p.owner), [])):
+        for chain, comments in ((names.dnat_chain(p.owner), [r.rsplit('comment "', 1)[1][:-1] for r in p.dnat_rules]),
+                                (names.masq_chain(p.owner), [])):
             snap.chains[chain] = handle
             snap.comments[chain] = comments
             handle += 10
         for k in p.dnat_keys:
-            snap.elements.setdefault(k, layout.dnat_chain(p.owner))
+            snap.elements.setdefault(k, names.dnat_chain(p.owner))
         for k in p.masq_keys:
-            snap.elements.setdefault(k, layout.masq_chain(p.owner))
+            snap.elements.setdefault(k, names.masq_chain(p.owner))
     return snap
 
 
@@ -209,8 +209,8 @@ def test_rebuild_shares_a_key_and_unshares_it_on_delete():
     m = maps({"hostPort": 8080, "containerPort": 80})
     a, b = _plan("a", {4: "10.1.0.5"}, **m), _plan("b", {4: "10.1.0.6"}, **m)
     snap = _snapshot_with(a)
-    script = layout.rebuild(snap, add=b)
-    bucket = layout.bucket_chain("any/4/tcp/8080")
+    script = slow.rebuild(snap, add=b)
+    bucket = names.bucket_chain("any/4/tcp/8080")
     assert f"add chain inet cnichain_portmap {bucket}" in script
     lines = script.splitlines()
     jumps = [line for line in lines if line.startswith(f"add rule inet cnichain_portmap {bucket}")]
@@ -224,7 +224,7 @@ def test_rebuild_shares_a_key_and_unshares_it_on_delete():
     snap2 = _snapshot_with(a, b)
     snap2.elements["any/4/tcp/8080"] = bucket
     snap2.chains[bucket] = 99
-    script = layout.rebuild(snap2, remove=[a.owner]).splitlines()
+    script = slow.rebuild(snap2, remove=[a.owner]).splitlines()
     assert f"create element inet cnichain_portmap dnat_any {{ ipv4 . tcp . 8080 : jump c-{b.owner} }}" in script
     assert f"delete chain inet cnichain_portmap {bucket}" in script
     assert f"delete chain inet cnichain_portmap c-{a.owner}" in script
@@ -236,9 +236,9 @@ def test_rebuild_shared_ip_keeps_the_other_owners_masquerade():
     a = _plan("a", {4: "10.1.0.5"}, **m)
     b = _plan("b", {4: "10.1.0.5"}, **maps({"hostPort": 9090, "containerPort": 80}))
     snap = _snapshot_with(a, b)
-    snap.elements["masq/10.1.0.5"] = layout.bucket_chain("masq/10.1.0.5")
-    snap.chains[layout.bucket_chain("masq/10.1.0.5")] = 99
-    script = layout.rebuild(snap, remove=[b.owner]).splitlines()
+    snap.elements["masq/10.1.0.5"] = names.bucket_chain("masq/10.1.0.5")
+    snap.chains[names.bucket_chain("masq/10.1.0.5")] = 99
+    script = slow.rebuild(snap, remove=[b.owner]).splitlines()
     assert f"create element inet cnichain_portmap masq4 {{ 10.1.0.5 : jump m-{a.owner} }}" in script
     assert "delete element inet cnichain_portmap dnat_any { ipv4 . tcp . 9090 }" in script
     assert not any("tcp . 8080" in line for line in script)
@@ -247,10 +247,10 @@ def test_rebuild_shared_ip_keeps_the_other_owners_masquerade():
 def test_stale_owners_for_gc():
     m = maps({"hostPort": 8080, "containerPort": 80})
     a, b = _plan("a", **m), _plan("b", **m)
-    other = layout.plan_owner("othernet", "z", load(conf(**m)), {4: "10.1.0.9"})
+    other = planning.plan_owner("othernet", "z", load(conf(**m)), {4: "10.1.0.9"})
     snap = _snapshot_with(a, b, other)
-    assert layout.stale_owners(snap, "pmnet", ["a"]) == [b.owner]
-    assert layout.stale_owners(snap, "pmnet", ["a", "b"]) == []
+    assert slow.stale_owners(snap, "pmnet", ["a"]) == [b.owner]
+    assert slow.stale_owners(snap, "pmnet", ["a", "b"]) == []
 
 
 # -- handlers ----------------------------------------------------------------------------------

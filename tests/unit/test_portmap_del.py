@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import hashlib
 
-from cnichain.plugins.portmap import layout
+from cnichain.plugins.portmap import names, plan as planning
 from cnichain.plugins.portmap.config import load
 
-T = layout.T
+T = names.T
 
 
 def plan(cid="a", ips=None, *ports, snat=True):
     maps = [{"hostPort": p, "containerPort": 80} for p in ports or (8080,)]
     cfg = load({"snat": snat, "runtimeConfig": {"portMappings": maps}})
-    return layout.plan_owner("pmnet", cid, cfg, ips or {4: "10.1.0.5"})
+    return planning.plan_owner("pmnet", cid, cfg, ips or {4: "10.1.0.5"})
 
 
 def test_owner_ids_use_plain_sha256():
@@ -22,14 +22,14 @@ def test_owner_ids_use_plain_sha256():
     h = hashlib.sha256()
     for part in ("portmap", "pmnet", "ctr"):
         h.update(part.encode() + b"\0")
-    assert layout.owner_id("pmnet", "ctr") == h.hexdigest()[:32]
-    assert layout.bucket_chain("any/4/tcp/80") == "b-" + hashlib.sha256(b"bucket\0any/4/tcp/80\0").hexdigest()[:32]
+    assert names.owner_id("pmnet", "ctr") == h.hexdigest()[:32]
+    assert names.bucket_chain("any/4/tcp/80") == "b-" + hashlib.sha256(b"bucket\0any/4/tcp/80\0").hexdigest()[:32]
 
 
 def test_config_delete_asserts_then_deletes_exactly_the_planned_objects():
     p = plan("a", {4: "10.1.0.5", 6: "fd00::5"}, 8080)
     c, m = f"c-{p.owner}", f"m-{p.owner}"
-    assert layout.config_delete(p).splitlines() == [
+    assert planning.config_delete(p).splitlines() == [
         f"add chain {T} {c}",
         f"add chain {T} {m}",
         f"add element {T} dnat_any {{ ipv4 . tcp . 8080 : jump {c} }}",
@@ -50,13 +50,13 @@ def test_config_delete_asserts_then_deletes_exactly_the_planned_objects():
 def test_config_delete_without_snat_still_claims_the_masquerade_chain():
     # If ADD ran with snat on and DEL's config has it off, the masquerade elements still point at
     # m-<owner>: deleting that chain must fail the transaction rather than leak it.
-    lines = layout.config_delete(plan(snat=False)).splitlines()
+    lines = planning.config_delete(plan(snat=False)).splitlines()
     owner = plan().owner
     assert f"delete chain {T} m-{owner}" in lines and not any("masq4" in line for line in lines)
 
 
 def test_config_delete_never_creates_anything_that_survives():
-    lines = layout.config_delete(plan("a", None, 80, 81)).splitlines()
+    lines = planning.config_delete(plan("a", None, 80, 81)).splitlines()
     for line in lines:
         if line.startswith(f"add chain {T} "):
             assert line.replace("add chain", "delete chain") in lines

@@ -1,0 +1,245 @@
+"""Every kernel effect of portmap: its nftables table, route_localnet and the UDP conntrack flush.
+
+nftables goes through libnftables (one handle per process).  Fast paths are lock-free, single
+transactions guarded by the kernel itself: ``create`` fails with EEXIST when a key is already
+claimed, and deleting a container's chain fails with EBUSY while a shared-key chain still jumps to
+it.  Either way nothing is applied and the slow path runs: under a lock held on the network
+namespace itself (so it serialises exactly the plugins working on this namespace, and needs no
+file on disk), it lists our table once and rebuilds the keys involved (:mod:`.rebuild`).
+
+route_localnet and the interface routing to the pod need no pyroute2: the route is found in
+``/proc/net/route`` of the calling thread's namespace.  The conntrack flush does need netlink and
+imports pyroute2 only when there are UDP mappings, exactly when the reference flushes.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import ipaddress
+import os
+import time
+
+from cnichain.common import nft, sysctl
+from cnichain.common.errors import CniError, plugin_error
+from cnichain.common.kernel_errors import NftError, failures
+from cnichain.common.log import log
+
+from . import names
+from .plan import config_delete, fast_add, fast_delete
+from .rebuild import Snapshot, rebuild
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from typing import Optional
+
+    from cnichain.common.types import Result
+
+    from .plan import OwnerPlan
+
+ATTEMPTS = 6
+# libnftables refusals that a rebuild under the lock can get past: a key or chain someone else
+# just created (EEXIST) or deleted (ENOENT), or a chain still jumped to (EBUSY).
+_RETRYABLE = (errno.EEXIST, errno.ENOENT, errno.EBUSY)
+
+
+def _retryable(exc: NftError) -> bool:
+    return exc.errno in _RETRYABLE
+
+
+def _run(script: str) -> None:
+    rc, _out, err = nft.handle().cmd(script)
+    if rc != 0:
+        raise NftError("nft", str(err).strip())
+
+
+def _list(what: str) -> Optional[list[dict]]:
+    try:
+        return nft.list_ruleset(f"list {what}")
+    except CniError as exc:  # NftError, or the binding missing
+        raise plugin_error(f"could not list rules in table {names.TABLE}: {exc}") from None
+
+
+class _netns_lock:
+    """An exclusive flock on this thread's network namespace inode (released on close).
+
+    A small class, not a ``contextlib`` generator: see :mod:`cnichain.common.netns`.
+    """
+
+    __slots__ = ("fd",)
+
+    def __enter__(self) -> None:
+        fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+
+    def __exit__(self, *exc_info: object) -> bool:
+        os.close(self.fd)
+        return False
+
+
+def snapshot() -> Optional[Snapshot]:
+    objs = _list(f"table {names.T}")
+    return None if objs is None else Snapshot.from_json(objs)
+
+
+def owner_comments(owner: str) -> Optional[list[str]]:
+    """Rule comments of the container's DNAT chain, or None when it has none."""
+    objs = _list(f"chain {names.T} {names.dnat_chain(owner)}")
+    if objs is None:
+        return None
+    return [str(o["rule"].get("comment", "")) for o in objs if "rule" in o]
+
+
+def chain_rule_count(name: str) -> Optional[int]:
+    objs = _list(f"chain {names.T} {name}")
+    return None if objs is None else sum(1 for o in objs if "rule" in o)
+
+
+def _slow(build) -> None:  # build(snapshot) -> script or "" for nothing to do
+    last = ""
+    with _netns_lock():
+        for attempt in range(ATTEMPTS):
+            snap = snapshot() or Snapshot()
+            script = build(snap)
+            if not script.strip():
+                return
+            try:
+                _run(script)
+                return
+            except NftError as exc:
+                last = exc.text
+                if not _retryable(exc):
+                    break
+                time.sleep(0.005 * (attempt + 1))
+    raise plugin_error(f"unable to set up nftables rules for port mappings: {last}")
+
+
+def install(plan: OwnerPlan) -> None:
+    """ADD: one transaction; the slow path when this container or one of its keys exists."""
+    try:
+        _run(fast_add(plan))
+        return
+    except NftError as exc:
+        log.debug(f"portmap: fast ADD for {plan.owner} refused ({exc.text.splitlines()[0]}); rebuilding")
+    _slow(lambda snap: rebuild(snap, add=plan))
+
+
+def remove(owner: str, plan: Optional[OwnerPlan] = None) -> None:
+    """DEL: with the ``plan`` the config describes, one self-checking transaction and no listing
+    (see :mod:`.layout`); otherwise, or when the kernel holds something else for this container,
+    list its chain (small), delete it and its keys in one transaction."""
+    if plan is not None:
+        try:
+            _run(config_delete(plan))
+            return
+        except NftError as exc:
+            log.debug(f"portmap: DEL from config for {owner} refused ({exc.text.splitlines()[0]}); listing")
+    comments = owner_comments(owner)
+    if comments is None:
+        return  # never added, or already deleted
+    try:
+        _run(fast_delete(owner, comments))
+        return
+    except NftError as exc:
+        log.debug(f"portmap: fast DEL for {owner} refused ({exc.text.splitlines()[0]}); rebuilding")
+    _slow(lambda snap: rebuild(snap, remove=[owner]))
+
+
+def remove_many(select) -> None:
+    """GC: remove every owner ``select(snapshot)`` returns, in one transaction."""
+    _slow(lambda snap: rebuild(snap, remove=select(snap)) if select(snap) else "")
+
+
+# -- host side: route_localnet and conntrack ----------------------------------------------------
+
+
+def route_interface(container_ip: str, route_table: str = "/proc/thread-self/net/route") -> Optional[str]:
+    """The interface of the longest-prefix IPv4 route to ``container_ip`` in the main table."""
+    target = int(ipaddress.IPv4Address(container_ip))
+    best: tuple[int, str] | None = None
+    try:
+        with open(route_table, encoding="ascii") as fh:
+            lines = fh.read().splitlines()[1:]
+    except OSError:
+        return None
+    for line in lines:
+        cols = line.split()
+        if len(cols) < 8:
+            continue
+        iface, dest_hex, mask_hex = cols[0], cols[1], cols[7]
+        # Little-endian hex of the network byte order address, as the kernel prints it.
+        dest = int.from_bytes(bytes.fromhex(dest_hex)[::-1], "big")
+        mask = int.from_bytes(bytes.fromhex(mask_hex)[::-1], "big")
+        if target & mask != dest:
+            continue
+        plen = bin(mask).count("1")
+        if best is None or plen > best[0]:
+            best = (plen, iface)
+    return best[1] if best else None
+
+
+def host_interface_from_result(prev: Result) -> Optional[str]:
+    for iface in prev.interfaces:
+        if not iface.sandbox and iface.name:
+            return iface.name
+    return None
+
+
+def localnet_interface(container_ip: str, prev: Result) -> str:
+    """The host interface towards the pod, found before anything is changed."""
+    ifname = route_interface(container_ip) or host_interface_from_result(prev)
+    if not ifname:
+        raise plugin_error(f"unable to enable route_localnet: no route to {container_ip}")
+    sysctl.path_for_interface("net/ipv4/conf/%s/route_localnet", ifname)  # validates the name
+    return ifname
+
+
+def enable_route_localnet(ifname: str) -> None:
+    """Let 127.0.0.1 be DNATed out of the interface towards the pod (IPv4 localhost hostPorts)."""
+    try:
+        sysctl.ensure(sysctl.path_for_interface("net/ipv4/conf/%s/route_localnet", ifname), "1")
+    except OSError as exc:
+        raise plugin_error(f"unable to enable route_localnet: {exc}") from None
+
+
+def flush_udp_conntrack(family: int, ports: list[int]) -> int:
+    """Delete conntrack entries of UDP flows to ``ports`` so they re-evaluate the new DNAT.
+
+    Without this a client that kept sending before the pod existed stays pinned to the stale,
+    un-NATed entry.  Failures are logged, never fatal (as in the reference).  Returns the number
+    of entries deleted.
+    """
+    if not ports:
+        return 0
+    wanted = set(ports)
+    deleted = 0
+    try:
+        import socket  # only here: ~3 ms of import that TCP-only mappings do not need
+
+        from pyroute2 import Conntrack
+        from pyroute2.conntrack import NFCTAttrTuple
+
+        fam = socket.AF_INET if family == 4 else socket.AF_INET6
+        ct = Conntrack()
+        try:
+            for port in sorted(wanted):
+                match = NFCTAttrTuple(family=fam, proto=socket.IPPROTO_UDP, dport=port)
+                for entry in list(ct.dump_entries(tuple_orig=match)):
+                    orig = entry.tuple_orig
+                    if orig.proto != socket.IPPROTO_UDP or orig.dport != port:
+                        continue
+                    try:
+                        ct.entry("del", tuple_orig=orig)
+                        deleted += 1
+                    except failures() as exc:  # raced with expiry
+                        log.debug(f"portmap: conntrack delete failed: {exc}")
+        finally:
+            ct.close()
+    except failures() as exc:
+        log.warning(f"portmap: could not flush UDP conntrack entries for ports {sorted(wanted)}: {exc}")
+    return deleted
