@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from cnichain.common.errors import CniError, Code
 from cnichain.cli.runtime import Attachment, ConfigError, ConfList, Runtime
 
 pytestmark = pytest.mark.integration
@@ -48,8 +49,9 @@ def test_reference_chain_add_check_del(lab, reference_dir):
 def test_missing_plugin_is_a_clear_error(lab, tmp_path):
     runtime = Runtime([str(tmp_path)], str(tmp_path / "cache"), node_netns=lab.node)
     conf = ConfList.from_dict({"cniVersion": "1.0.0", "name": "n", "plugins": [{"type": "nope"}]})
-    with pytest.raises(Exception, match='failed to find plugin "nope"'):
+    with pytest.raises(CniError) as info:
         runtime.add(conf, Attachment("c1", lab.netns("p"), "eth0"))
+    assert info.value.code == Code.INTERNAL and info.value.msg.startswith('failed to find plugin "nope" in path')
 
 
 @pytest.mark.parametrize(

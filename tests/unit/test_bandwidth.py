@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from cnichain.common.errors import CniError
+from cnichain.common.errors import CniError, Code
 from cnichain.common.version import ALL
 from cnichain.plugins.bandwidth import plan as tbf
 from cnichain.plugins.bandwidth.config import BandwidthConfig, Shape, ifb_name, load
@@ -174,9 +174,9 @@ def test_rate64():
 
 @pytest.mark.parametrize("shape, fragment", [(Shape(7, 100), "rate 7"), (Shape(800, 7), "burst 7")])
 def test_plan_refuses_what_the_kernel_cannot_represent(shape, fragment):
-    with pytest.raises(Exception) as info:
+    with pytest.raises(CniError) as info:
         tbf.tbf(shape, TICK, "ingress")
-    assert fragment in str(info.value)
+    assert info.value.code == Code.INTERNAL and fragment in info.value.msg
 
 
 # -- handlers without a kernel -------------------------------------------------------------------

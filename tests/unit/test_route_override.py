@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from cnichain.common.errors import CniError, Code
 from cnichain.common.types import Result
 from cnichain.plugins.route_override.config import RouteOverrideConfig, load
 from cnichain.plugins.route_override.plan import (
@@ -86,9 +87,9 @@ def test_delroute_host_bits_match_the_network():
     ],
 )
 def test_bad_config(conf, msg):
-    with pytest.raises(Exception) as info:
+    with pytest.raises(CniError) as info:
         load(conf)
-    assert msg in str(info.value)
+    assert info.value.code == Code.INTERNAL and msg in info.value.msg
 
 
 # -- planner ------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from cnichain.common.errors import Code
+from cnichain.common.errors import CniError, Code
 from cnichain.common.types import Result
 from cnichain.plugins.tuning import backup, config, kernel
 from cnichain.plugins.tuning.config import (
@@ -87,30 +87,32 @@ def test_args_cni_sysctl_without_config_sysctl():
 
 def test_args_without_cni_and_unknown_cni_args_keys():
     assert load({"args": {"other": 1}}) == TuningConfig()
-    with pytest.raises(Exception, match=r'ARGS: unknown args \["FOO=1"\]'):
+    with pytest.raises(CniError) as info:
         load({}, "FOO=1")
+    assert (info.value.code, info.value.msg) == (Code.INTERNAL, 'ARGS: unknown args ["FOO=1"]')
 
 
 @pytest.mark.parametrize(
-    "conf,msg",
+    "conf,msg,code",
     [
-        ({"mtu": "1500"}, "failed to load netconf: json: cannot unmarshal string into Go struct field TuningConf.mtu of type int"),
-        ({"promisc": "yes"}, "cannot unmarshal string into Go struct field TuningConf.promisc of type bool"),
-        ({"sysctl": {"net.core.somaxconn": 500}}, "cannot unmarshal number into Go struct field TuningConf.sysctl of type string"),
-        ({"sysctl": ["a"]}, "cannot unmarshal array into Go struct field TuningConf.sysctl of type map"),
-        ({"mac": 5}, "cannot unmarshal number into Go struct field TuningConf.mac of type string"),
-        ({"args": {"cni": {"mtu": True}}}, "cannot unmarshal bool into Go struct field IPAMArgs.args.cni.mtu of type int"),
-        ({"mac": "zz:zz"}, "invalid args zz:zz for MAC addr: address zz:zz: invalid MAC address"),
-        ({"mac": "01:00:5e:00:00:01"}, "is not a unicast address"),
-        ({"mtu": -1}, "invalid mtu -1"),
-        ({"txQLen": -5}, "invalid txQLen -5"),
-        ({"dataDir": "relative/dir"}, 'invalid dataDir "relative/dir"'),
+        ({"mtu": "1500"}, "failed to load netconf: json: cannot unmarshal string into Go struct field TuningConf.mtu of type int", Code.INTERNAL),
+        ({"promisc": "yes"}, "cannot unmarshal string into Go struct field TuningConf.promisc of type bool", Code.INTERNAL),
+        ({"sysctl": {"net.core.somaxconn": 500}}, "cannot unmarshal number into Go struct field TuningConf.sysctl of type string", Code.INTERNAL),
+        ({"sysctl": ["a"]}, "cannot unmarshal array into Go struct field TuningConf.sysctl of type map", Code.INTERNAL),
+        ({"mac": 5}, "cannot unmarshal number into Go struct field TuningConf.mac of type string", Code.INTERNAL),
+        ({"args": {"cni": {"mtu": True}}}, "cannot unmarshal bool into Go struct field IPAMArgs.args.cni.mtu of type int", Code.INTERNAL),
+        ({"mac": "zz:zz"}, "invalid args zz:zz for MAC addr: address zz:zz: invalid MAC address", Code.INTERNAL),
+        ({"mac": "01:00:5e:00:00:01"}, "is not a unicast address", Code.INTERNAL),
+        ({"mtu": -1}, "invalid mtu -1", Code.INVALID_NETWORK_CONFIG),
+        ({"txQLen": -5}, "invalid txQLen -5", Code.INVALID_NETWORK_CONFIG),
+        ({"dataDir": "relative/dir"}, 'invalid dataDir "relative/dir"', Code.INVALID_NETWORK_CONFIG),
     ],
 )
-def test_bad_values(conf, msg):
-    with pytest.raises(Exception, match=None) as info:
+def test_bad_values(conf, msg, code):
+    """Go's decoding errors are code 999 (as the reference reports them); range checks are 7."""
+    with pytest.raises(CniError) as info:
         load(conf)
-    assert msg in str(info.value)
+    assert info.value.code == code and msg in info.value.msg
 
 
 @pytest.mark.parametrize(
@@ -150,7 +152,7 @@ def test_resolve_sysctl(key, ifname, rel):
      "net.ipv4.conf.eth0/../../../kernel.x", "net.core.somaxconn\0", "netfilter.x", "NET.core.x"],
 )
 def test_unsafe_keys_are_refused(key):
-    with pytest.raises(Exception) as info:
+    with pytest.raises(CniError) as info:
         resolve_sysctl(key, "1", "eth0")
     assert info.value.code == Code.INVALID_NETWORK_CONFIG
     assert "invalid net sysctl key" in info.value.msg
@@ -177,8 +179,9 @@ def test_valid_rel_path():
 )
 def test_duplicate_keys(text, dup):
     if dup:
-        with pytest.raises(Exception, match="duplicated sysctl keys are not allowed"):
+        with pytest.raises(CniError) as info:
             check_duplicate_sysctl_keys(text.encode())
+        assert (info.value.code, info.value.msg) == (Code.INTERNAL, "duplicated sysctl keys are not allowed")
     else:
         check_duplicate_sysctl_keys(text.encode())
 
@@ -190,16 +193,17 @@ def test_allowlist(tmp_path):
     allow = read_allowlist(str(path))
     assert allow == ["^net\\.core\\.somaxconn$", "^net\\.ipv4\\.conf\\.IFNAME\\.[a-z_]+$"]
     check_allowlist(load({"sysctl": {"net.core.somaxconn": "1", "net.ipv4.conf.IFNAME.arp_filter": "1"}}), allow)
-    with pytest.raises(Exception) as info:
+    with pytest.raises(CniError) as info:
         check_allowlist(load({"sysctl": {"net.ipv4.ip_forward": "1"}}), allow)
-    assert str(info.value) == (
+    assert info.value.code == Code.INTERNAL and info.value.msg == (
         "Sysctl net.ipv4.ip_forward is not allowed. Only the following sysctls are allowed: "
         "[^net\\.core\\.somaxconn$ ^net\\.ipv4\\.conf\\.IFNAME\\.[a-z_]+$]"
     )
     # unanchored match, as the reference's regexp.MatchString
     check_allowlist(load({"sysctl": {"net.core.somaxconn": "1"}}), ["somaxconn"])
-    with pytest.raises(Exception, match="error parsing regexp"):
+    with pytest.raises(CniError) as info:
         check_allowlist(load({"sysctl": {"net.core.somaxconn": "1"}}), ["(unclosed"])
+    assert info.value.code == Code.INTERNAL and info.value.msg.startswith("error parsing regexp")
     check_allowlist(load({}), [])  # an empty allowlist allows a config without sysctls
 
 
