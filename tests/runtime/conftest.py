@@ -20,6 +20,14 @@ from .cri_client import CriClient
 from .node import Node
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """Remember each phase's report on the item, so fixtures can add diagnostics on failure."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
 @pytest.fixture(scope="session")
 def cri_api(tmp_path_factory: pytest.TempPathFactory) -> tuple[ModuleType, ModuleType]:
     """``(api_pb2, api_pb2_grpc)`` generated from tests/runtime/cri/api.proto for this session."""
@@ -54,7 +62,12 @@ class CriNode:
 
 
 @pytest.fixture
-def cri_node(node: Node, cri_api: tuple[ModuleType, ModuleType], image_archive: tuple[str, str]) -> Iterator[CriNode]:
+def cri_node(request: pytest.FixtureRequest, node: Node, cri_api: tuple[ModuleType, ModuleType],
+             image_archive: tuple[str, str]) -> Iterator[CriNode]:
+    """The node with containerd up, the image imported and the CRI reporting ready.
+
+    On a failed test the tail of containerd's log (CNI errors land there) goes to the report.
+    """
     archive, image = image_archive
     containerd = Containerd(node.holder, node.workdir, node.bin_dir, node.conf_dir, sandbox_image=image)
     containerd.start()
@@ -68,5 +81,9 @@ def cri_node(node: Node, cri_api: tuple[ModuleType, ModuleType], image_archive: 
     except BaseException:
         print(f"containerd log tail:\n{containerd.log_tail()}")
         raise
+    else:
+        report = getattr(request.node, "rep_call", None)
+        if report is not None and report.failed:
+            print(f"containerd log tail:\n{containerd.log_tail()}")
     finally:
         cri.close()

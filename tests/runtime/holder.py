@@ -22,7 +22,7 @@ import subprocess
 import time
 from typing import Optional
 
-PRIVATE_DIRS = ("/var/lib/cni", "/var/lib/containerd", "/var/lib/cnichain", "/run/containerd", "/run/netns",
+PRIVATE_DIRS = ("/var/lib/cni", "/var/lib/containerd", "/var/lib/containers", "/var/lib/cnichain", "/run/containerd", "/run/netns",
                 "/run/cni", "/run/cnichain", "/run/libpod", "/run/containers", "/dev/shm")
 
 
