@@ -36,6 +36,7 @@ class Podman:
         with open(self.conf, "w") as fh:
             fh.write("\n".join([
                 "[containers]",
+                'apparmor_profile = "unconfined"',  # CI kernels may have AppArmor without the parser
                 f"default_ulimits = {_toml_list(['nofile=1024:1024', 'nproc=1024:1024'])}",
                 "[network]",
                 'network_backend = "cni"',
