@@ -20,6 +20,12 @@ from .cri_client import CriClient
 from .node import Node
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "declare_capabilities(*names): the node's conflist copy declares these capabilities on "
+        "every plugin, so the runtime passes those args to each of them")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
     """Remember each phase's report on the item, so fixtures can add diagnostics on failure."""
@@ -69,6 +75,9 @@ def cri_node(request: pytest.FixtureRequest, node: Node, cri_api: tuple[ModuleTy
     On a failed test the tail of containerd's log (CNI errors land there) goes to the report.
     """
     archive, image = image_archive
+    marker = request.node.get_closest_marker("declare_capabilities")
+    if marker is not None:
+        node.declare_capabilities(list(marker.args))
     containerd = Containerd(node.holder, node.workdir, node.bin_dir, node.conf_dir, sandbox_image=image)
     containerd.start()
     pb2, pb2_grpc = cri_api

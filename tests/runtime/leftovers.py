@@ -2,7 +2,7 @@
 
 StopPodSandbox/RemovePodSandbox (or ``podman rm -f``) must undo everything the chain did: portmap's
 per-container chains and map elements, bandwidth's IFB and qdiscs, bridge's host veth, host-local's
-reservation, tuning's backup file, and the runtime's pod netns.  Each check returns a list of
+reservation, tuning's backup file, and the runtime's pod netns and libcni result cache.  Each check returns a list of
 human-readable findings so a failing assertion says exactly what was left.
 """
 
@@ -14,6 +14,7 @@ from typing import Callable
 PORTMAP_TABLE = ("inet", "cnichain_portmap")
 PORTMAP_OWNED_PREFIXES = ("c-", "m-", "b-")
 IPAM_DIR = "/var/lib/cni/networks"
+LIBCNI_CACHE_DIR = "/var/lib/cni/results"  # the runtime's (libcni's) cached results and capability args
 TUNING_DIR = "/run/cni/tuning"
 NETNS_DIR = "/run/netns"
 
@@ -78,10 +79,20 @@ def ipam_reservations(run: Run) -> list[str]:
     return files_in(run, IPAM_DIR, ignore=("lock", "last_reserved_ip"))
 
 
+def cached_capability_args(run: Run, network: str, container_id: str, ifname: str = "eth0") -> dict:
+    """The capability args the runtime passed for one attachment, as libcni cached them.
+
+    This is the runtime's own record of what it sent, so a test can show that it exercised the
+    shape it claims to (e.g. containerd's ``{"HostPort": ...}``), not just that a pod came up.
+    """
+    proc = run("cat", f"{LIBCNI_CACHE_DIR}/{network}-{container_id}-{ifname}")
+    return json.loads(proc.stdout).get("capabilityArgs", {})
+
+
 def everything(run: Run, with_netns: bool = True) -> list[str]:
     """All findings; an empty list means the node is as clean as before the pod."""
     found = portmap_entries(run) + ifbs(run) + shaping_qdiscs(run) + pod_veths(run) + ipam_reservations(run)
-    found += files_in(run, TUNING_DIR)
+    found += files_in(run, TUNING_DIR) + files_in(run, LIBCNI_CACHE_DIR)
     if with_netns:
         found += files_in(run, NETNS_DIR)
     return found

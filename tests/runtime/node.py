@@ -9,6 +9,7 @@ reference ``loopback`` next to them because runtimes always call it for the pod'
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -70,6 +71,18 @@ class Node:
     @property
     def conflist_path(self) -> str:
         return os.path.join(self.conf_dir, CONFLIST + ".conflist")
+
+    def declare_capabilities(self, names: list[str]) -> None:
+        """Rewrite this run's conflist copy so every plugin declares ``names`` as capabilities.
+
+        Only the installed copy changes, never the shipped file; call before the runtime starts.
+        """
+        with open(self.conflist_path) as fh:
+            conflist = json.load(fh)
+        for plugin in conflist["plugins"]:
+            plugin.setdefault("capabilities", {}).update({name: True for name in names})
+        with open(self.conflist_path, "w") as fh:
+            json.dump(conflist, fh, indent=2)
 
     # -- running things ---------------------------------------------------------------------------
     def node_run(self, *argv: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -1,8 +1,8 @@
 """Bandwidth annotations through containerd's CRI, measured with iperf3 in both directions.
 
 The kubelet passes ``kubernetes.io/ingress-bandwidth`` / ``egress-bandwidth`` as pod annotations;
-containerd turns them into the ``bandwidth`` capability (Go struct field names, burst chosen by
-containerd).  Ingress and egress get different rates so that swapped directions cannot pass.
+containerd turns them into the ``bandwidth`` capability (Go struct field names; containerd 1.6 sets
+each burst to 4294967295 bits, so the shaper must still hold the rate with a huge bucket).  Ingress and egress get different rates so that swapped directions cannot pass.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 from . import leftovers, traffic
 from .conftest import CriNode
 from .cri_client import PodSpec
+from .node import NETWORK
 
 pytestmark = [pytest.mark.runtime, pytest.mark.integration]
 
@@ -25,6 +26,8 @@ def test_bandwidth_annotations_shape_both_directions(cri_node: CriNode) -> None:
         "kubernetes.io/ingress-bandwidth": "10M",
         "kubernetes.io/egress-bandwidth": "20M",
     }))
+    sent = leftovers.cached_capability_args(node.node_run, NETWORK, pod.id)["bandwidth"]
+    assert (sent["IngressRate"], sent["EgressRate"]) == (INGRESS, EGRESS)
     assert len(leftovers.ifbs(node.node_run)) == 1
     in_pod, client = traffic.pod_argv(pod.pid), node.client_argv()
 

@@ -15,7 +15,7 @@ import pytest
 from . import leftovers, traffic
 from .conftest import CriNode
 from .cri_client import Port, PodSpec
-from .node import NODE_IP
+from .node import NETWORK, NODE_IP
 
 pytestmark = [pytest.mark.runtime, pytest.mark.integration]
 
@@ -74,6 +74,26 @@ def test_stop_then_remove_leave_nothing(cri_node: CriNode) -> None:
     cri.remove_pod(pod.id)
     assert leftovers.everything(node.node_run) == []
     assert cri.list_pods() == []
+
+
+@pytest.mark.declare_capabilities("dns", "io.kubernetes.cri.pod-annotations")
+def test_go_shaped_dns_and_annotation_capabilities_reach_every_plugin(cri_node: CriNode) -> None:
+    """With every plugin asking for them, containerd sends ``dns`` as ``{"Servers": ..}`` and the
+    pod annotations to the whole chain, next to the hostPort; ADD and DEL must both accept it."""
+    node, cri = cri_node.node, cri_node.cri
+    pod = cri.run_pod(PodSpec(name="dns", ports=[Port(8080, 18087)],
+                              annotations={"kubernetes.io/egress-bandwidth": "10M"}))
+    sent = leftovers.cached_capability_args(node.node_run, NETWORK, pod.id)
+    assert sent["dns"]["Servers"] == ["10.96.0.10"] and "Searches" in sent["dns"]
+    assert sent["io.kubernetes.cri.pod-annotations"]["kubernetes.io/egress-bandwidth"] == "10M"
+    echo = traffic.start_echo(traffic.pod_argv(pod.pid), 8080, "tcp")
+    try:
+        assert traffic.tcp_request(node.client_argv(), NODE_IP, 18087, b"dns\n") == b"dns\n"
+    finally:
+        traffic.stop(echo)
+    cri.stop_pod(pod.id)
+    cri.remove_pod(pod.id)
+    assert leftovers.everything(node.node_run) == []
 
 
 def test_containerd_restart_between_add_and_del(cri_node: CriNode) -> None:

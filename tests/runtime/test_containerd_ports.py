@@ -13,7 +13,7 @@ import pytest
 from . import leftovers, ocimage, traffic
 from .conftest import CriNode
 from .cri_client import Port, PodSpec
-from .node import NODE_IP, NODE_IP2
+from .node import NETWORK, NODE_IP, NODE_IP2
 
 pytestmark = [pytest.mark.runtime, pytest.mark.integration]
 
@@ -23,6 +23,8 @@ def test_hostport_tcp_reaches_container(cri_node: CriNode) -> None:
     node, cri = cri_node.node, cri_node.cri
     pod = cri.run_pod(PodSpec(name="web", ports=[Port(container_port=80, host_port=18081)]))
     assert pod.ip.startswith("10.22.")
+    sent = leftovers.cached_capability_args(node.node_run, NETWORK, pod.id)["portMappings"]
+    assert sent == [{"HostPort": 18081, "ContainerPort": 80, "Protocol": "tcp", "HostIP": ""}]
     cri.start_container(pod, "httpd", cri_node.image, ["/bin/httpd"], ["-f", "-p", "80", "-h", "/www"])
     traffic.wait_listening(traffic.pod_argv(pod.pid), 80)
     reply = traffic.http_get(node.client_argv(), NODE_IP, 18081)
