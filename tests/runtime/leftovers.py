@@ -2,13 +2,14 @@
 
 StopPodSandbox/RemovePodSandbox (or ``podman rm -f``) must undo everything the chain did: portmap's
 per-container chains and map elements, bandwidth's IFB and qdiscs, bridge's host veth, host-local's
-reservation, tuning's backup file, and the runtime's pod netns and libcni result cache.  Each check returns a list of
-human-readable findings so a failing assertion says exactly what was left.
+reservation, tuning's backup file, and the runtime's pod netns and libcni result cache.  Each check
+returns a list of human-readable findings so a failing assertion says exactly what was left.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 from typing import Callable
 
 PORTMAP_TABLE = ("inet", "cnichain_portmap")
@@ -18,12 +19,11 @@ LIBCNI_CACHE_DIR = "/var/lib/cni/results"  # the runtime's (libcni's) cached res
 TUNING_DIR = "/run/cni/tuning"
 NETNS_DIR = "/run/netns"
 
-Run = Callable[..., "object"]  # Node.node_run: argv -> CompletedProcess
+Run = Callable[..., subprocess.CompletedProcess]  # Node.node_run: run argv inside the node
 
 
 def _json(run: Run, *argv: str) -> list:
-    proc = run(*argv, check=False)
-    text = getattr(proc, "stdout", "") or ""
+    text = run(*argv, check=False).stdout or ""
     return json.loads(text) if text.strip() else []
 
 
@@ -31,7 +31,7 @@ def portmap_entries(run: Run) -> list[str]:
     """Per-container chains and map elements in our portmap table (the shared skeleton may stay)."""
     family, table = PORTMAP_TABLE
     proc = run("nft", "-j", "list", "table", family, table, check=False)
-    if getattr(proc, "returncode", 1) != 0:
+    if proc.returncode != 0:
         return []  # no table at all: nothing left
     found = []
     for item in json.loads(proc.stdout).get("nftables", []):
@@ -48,7 +48,7 @@ def portmap_rule_count(run: Run) -> int:
     """Rules in per-container chains: > 0 while a pod with hostPorts is up."""
     family, table = PORTMAP_TABLE
     proc = run("nft", "-j", "list", "table", family, table, check=False)
-    if getattr(proc, "returncode", 1) != 0:
+    if proc.returncode != 0:
         return 0
     return sum(1 for item in json.loads(proc.stdout).get("nftables", [])
                if "rule" in item and item["rule"].get("chain", "").startswith(PORTMAP_OWNED_PREFIXES))
@@ -64,14 +64,15 @@ def shaping_qdiscs(run: Run) -> list[str]:
             if q.get("kind") in ("tbf", "ingress", "clsact")]
 
 
-def pod_veths(run: Run, bridge: str = "cni0") -> list[str]:
-    return [f"veth {link['ifname']}" for link in _json(run, "ip", "-j", "link", "show", "master", bridge)
-            if link.get("ifname", "").startswith("veth")] if _json(run, "ip", "-j", "link", "show", bridge) else []
+def pod_veths(run: Run) -> list[str]:
+    """Host ends of pod veths (bridge names them ``veth`` + 8 hex; the client link is not one)."""
+    return [f"veth {link['ifname']}" for link in _json(run, "ip", "-j", "link", "show", "type", "veth")
+            if link.get("ifname", "").startswith("veth")]
 
 
 def files_in(run: Run, directory: str, ignore: tuple[str, ...] = ()) -> list[str]:
     proc = run("find", directory, "-mindepth", "1", "-not", "-type", "d", check=False)
-    names = [line for line in (getattr(proc, "stdout", "") or "").splitlines() if line]
+    names = [line for line in (proc.stdout or "").splitlines() if line]
     return [n for n in names if not n.rsplit("/", 1)[-1].startswith(ignore)]
 
 

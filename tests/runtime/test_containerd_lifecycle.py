@@ -9,6 +9,7 @@ the state containerd and libcni kept on disk).
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -25,8 +26,6 @@ ROUTE = ("192.0.2.0/24", "10.22.0.1")
 
 
 def _in_pod(pid: int, *argv: str) -> str:
-    import subprocess
-
     return subprocess.run(traffic.pod_argv(pid, *argv), check=True, capture_output=True, text=True,
                           timeout=30).stdout
 

@@ -25,7 +25,8 @@ def test_hostport_tcp_reaches_container(cri_node: CriNode) -> None:
     assert pod.ip.startswith("10.22.")
     sent = leftovers.cached_capability_args(node.node_run, NETWORK, pod.id)["portMappings"]
     assert sent == [{"HostPort": 18081, "ContainerPort": 80, "Protocol": "tcp", "HostIP": ""}]
-    cri.start_container(pod, "httpd", cri_node.image, ["/bin/httpd"], ["-f", "-p", "80", "-h", "/www"])
+    container = cri.start_container(pod, "httpd", cri_node.image, ["/bin/httpd"], ["-f", "-p", "80", "-h", "/www"])
+    assert cri.container_state(container) == cri.pb.CONTAINER_RUNNING
     traffic.wait_listening(traffic.pod_argv(pod.pid), 80)
     reply = traffic.http_get(node.client_argv(), NODE_IP, 18081)
     assert b"200 OK" in reply and ocimage.PAGE in reply, reply
