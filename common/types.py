@@ -310,12 +310,12 @@ INTERFACE = gojson.Struct("types100.Interface", [
     ("socketPath", gojson.STRING),
     gojson.Field("pciID", gojson.STRING, "PciID"),
 ])
-IP_CONFIG = gojson.Struct("types100.IPConfig", [
+_IP_CONFIG_FIELDS = gojson.Struct("types100.ipConfig", [
     ("interface", gojson.Ptr(gojson.INT)),
     ("address", gojson.CIDR),
     ("gateway", gojson.IP),
 ])
-ROUTE = gojson.Struct("types.Route", [
+_ROUTE_FIELDS = gojson.Struct("types.route", [
     ("dst", gojson.CIDR),
     gojson.Field("gw", gojson.IP, "GW"),
     gojson.Field("mtu", gojson.INT, "MTU"),
@@ -330,6 +330,9 @@ DNS_SCHEMA = gojson.Struct("types.DNS", [
     ("search", gojson.List(gojson.STRING)),
     ("options", gojson.List(gojson.STRING)),
 ])
+# types.Route and types100.IPConfig decode through their own UnmarshalJSON (see gojson.Custom).
+ROUTE = gojson.Custom(_ROUTE_FIELDS, "types.Route")
+IP_CONFIG = gojson.Custom(_IP_CONFIG_FIELDS, "types100.IPConfig")
 VERSION_ONLY = gojson.Struct("", [gojson.Field("cniVersion", gojson.STRING, "CNIVersion")])
 RESULT = gojson.Struct("types100.Result", [
     gojson.Field("cniVersion", gojson.STRING, "CNIVersion"),

@@ -20,32 +20,18 @@ from cnichain.plugins.bandwidth import config as bandwidth
 from cnichain.plugins.portmap import config as portmap
 from cnichain.plugins.route_override import config as route_override
 from cnichain.plugins.tuning import config as tuning
+from tests import gocase
 
 
 def _unwrap(t: gojson.GoType) -> gojson.GoType:
-    while isinstance(t, (gojson.Ptr, gojson.List)):
-        t = t.elem
+    while isinstance(t, (gojson.Ptr, gojson.List, gojson.Custom)):
+        t = t.inner if isinstance(t, gojson.Custom) else t.elem
     return t
 
 
-def respell(value, schema: gojson.GoType, style: str):
+def respell(value: dict, schema: gojson.Struct, style: str) -> dict:
     """``value`` with every key the schema knows respelled: ``go`` (``HostPort``, ``SNAT``) or ``upper``."""
-    schema = _unwrap(schema)
-    if isinstance(value, list):
-        return [respell(v, schema, style) for v in value]
-    if isinstance(schema, gojson.Map) and isinstance(value, dict):
-        return {k: respell(v, schema.elem, style) for k, v in value.items()}
-    if not isinstance(schema, gojson.Struct) or not isinstance(value, dict):
-        return value
-    out = {}
-    for key, item in value.items():
-        field = schema.field(key)
-        if field is None:
-            out[key] = item
-            continue
-        name = field.go_field if style == "go" else field.name.upper()
-        out[name] = respell(item, field.type, style)
-    return out
+    return gocase.recase_all(value, schema, gocase.go_casing if style == "go" else gocase.upper_casing)
 
 
 PORTMAP_FULL = {

@@ -131,3 +131,9 @@ def test_errors_carry_go_wording(value, message):
 
 def test_any_keeps_the_value():
     assert decode({"extra": {"a": [1]}})["extra"] == {"a": [1]}
+
+
+def test_an_integer_written_with_a_fraction_is_refused():
+    with pytest.raises(CniError) as err:
+        decode({"rate": 1.0})
+    assert err.value.msg == "prefix: json: cannot unmarshal number 1.0 into Go struct field Conf.rate of type uint64"
