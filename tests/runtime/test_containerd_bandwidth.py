@@ -39,6 +39,7 @@ def test_bandwidth_annotations_shape_both_directions(cri_node: CriNode) -> None:
 
     ok_in, rates_in = traffic.rate_within(ingress, INGRESS)
     ok_out, rates_out = traffic.rate_within(egress, EGRESS)
+    print(f"measured ingress {rates_in} bit/s, egress {rates_out} bit/s")  # shown with -s / -rP
     assert ok_in, f"ingress {rates_in} bit/s, want {INGRESS} +-10%"
     assert ok_out, f"egress {rates_out} bit/s, want {EGRESS} +-10%"
 
