@@ -53,7 +53,14 @@ def serve(lab, ns, port, text, proto="TCP"):
     else:
         argv = ["socat", f"{proto}6-LISTEN:{port},fork,reuseaddr,ipv6only=0", f"SYSTEM:echo {text}"]
     proc = lab.popen(ns, *argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.3)
+    # Wait (bounded) until the socket is bound: on a loaded node socat can take longer to start
+    # than a fixed pause, and a fetch sent before that finds nothing listening.
+    flag = {"UDP": "-uln", "SCTP": "-Sln"}.get(proto, "-tln")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and proc.poll() is None:
+        if lab.run(ns, "ss", "-H", flag, f"sport = :{port}", check=False).stdout.strip():
+            break
+        time.sleep(0.05)
     return proc
 
 
