@@ -5,8 +5,8 @@ Podman reads its network setup from ``containers.conf``; ours points ``cni_plugi
 default chain (podman passes ``portMappings`` in camelCase, unlike containerd).  Storage root,
 run root and temporary directory live on the node's private tmpfs, and every podman command runs
 inside the node's holder, so conmon, the pod netns and libcni's cache are private to the run.
-On these machines podman needs ``--runtime runc`` (crun is not what CI installs by default) and
-explicit ulimits (its defaults exceed what a nested process may set).
+Trials on these machines showed podman needs ``--runtime runc`` and explicit ulimits there, so
+both are always given (``./run`` installs runc, not crun).
 """
 
 from __future__ import annotations
