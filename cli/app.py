@@ -171,6 +171,34 @@ def demo(
 
 
 @app.command()
+def lint(
+    paths: List[str] = typer.Argument(..., help="Conflist files, or directories of them (e.g. /etc/cni/net.d)"),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable findings for CI"),
+    bin_dir: List[str] = typer.Option([], "--bin-dir", help="Also report plugin types missing from this directory (repeatable)"),
+    tuning_allowlist: str = typer.Option("", "--tuning-allowlist", help="The node's tuning sysctl allowlist file to check sysctl keys against"),
+) -> None:
+    """Check conflists before they reach a node: syntax, versions, keys, values, capabilities, chain order.
+
+    Exits 1 when any file has an error; warnings alone exit 0.
+    """
+    from cnichain.cli import lint as lint_mod
+
+    allowlist = None
+    if tuning_allowlist:
+        from cnichain.plugins.tuning.config import read_allowlist
+
+        if not os.path.isfile(tuning_allowlist):
+            _fail(f"--tuning-allowlist {tuning_allowlist}: no such file", 2)
+        try:
+            allowlist = read_allowlist(tuning_allowlist)
+        except Exception as exc:  # CniError: unreadable
+            _fail(str(exc), 2)
+    reports = lint_mod.lint_paths(paths, lint_mod.Options(bin_dirs=bin_dir, tuning_allowlist=allowlist))
+    typer.echo(lint_mod.render_json(reports) if as_json else lint_mod.render_text(reports))
+    raise typer.Exit(1 if lint_mod.failed(reports) else 0)
+
+
+@app.command()
 def inspect(
     network: str = typer.Argument(..., help="Network name"),
     cache_dir: str = typer.Option(DEFAULT_CACHE, "--cache-dir"),
