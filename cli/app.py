@@ -198,23 +198,34 @@ def lint(
     raise typer.Exit(1 if lint_mod.failed(reports) else 0)
 
 
+NODE_CACHE_DIRS = ["/var/lib/cni", DEFAULT_CACHE]
+
+
 @app.command()
 def inspect(
-    network: str = typer.Argument(..., help="Network name"),
-    cache_dir: str = typer.Option(DEFAULT_CACHE, "--cache-dir"),
+    network: str = typer.Argument("", help="Only containers attached to this network"),
+    container: str = typer.Option("", "--container", help="Only this container ID"),
+    as_json: bool = typer.Option(False, "--json", help="The whole view as JSON"),
+    cache_dir: List[str] = typer.Option(NODE_CACHE_DIRS, "--cache-dir", help="A result cache root holding results/ (repeatable): libcni's /var/lib/cni, our runner's"),
+    ipam_dir: List[str] = typer.Option(["/var/lib/cni/networks"], "--ipam-dir", help="host-local dataDir (repeatable; dirs named in cached conflists are added)"),
+    tuning_dir: List[str] = typer.Option(["/run/cni/tuning"], "--tuning-dir", help="tuning dataDir (repeatable; dirs named in cached conflists are added)"),
+    node_netns: str = typer.Option("", "--node-netns", help="Read kernel state in this namespace instead of the caller's"),
+    live: List[str] = typer.Option([], "--live", help="A container ID that is alive (repeatable): every other one is an orphan"),
 ) -> None:
-    """Show the attachments the runner cached for a network, and whether their netns still exists."""
-    from cnichain.cli.runtime import Runtime
+    """Show, per container, what our plugins hold on this node and flag orphans, whichever runtime made the pods.
 
-    entries = Runtime([], cache_dir).cached_attachments(network)
-    if not entries:
-        typer.echo(f"no attachments cached for {network} in {cache_dir}")
-        return
-    for e in entries:
-        netns = e.get("netns") or ""
-        alive = "alive" if netns and os.path.exists(netns) else "gone"
-        ips = [ip.get("address") for ip in (e.get("result") or {}).get("ips", [])]
-        typer.echo(f"{e.get('containerId')}  {e.get('ifName')}  netns={netns or '-'} ({alive})  ips={','.join(ips)}")
+    Reads host-local reservations, tuning backups, portmap mappings, bandwidth shaping and bridge masquerade rules from the kernel and the plugins' files, joined with the runtimes' result cache. A container is an orphan when it is not in --live (if given), has no cache entry, its cached netns is gone, or its IFB has lost its veth.
+    """
+    from cnichain.cli.node import render, view
+
+    try:
+        view.check_inputs(cache_dir, ipam_dir, tuning_dir, node_netns, [container, *live] if container else live, network)
+    except ValueError as exc:
+        _fail(str(exc), 2)
+    src = view.Sources(cache_dirs=cache_dir, ipam_dirs=ipam_dir, tuning_dirs=tuning_dir,
+                       node_netns=node_netns or None, live=set(live) if live else None)
+    node = view.collect(src, network=network, container=container)
+    typer.echo(render.render_json(node) if as_json else render.render_text(node))
 
 
 @app.command()

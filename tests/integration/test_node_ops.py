@@ -1,0 +1,148 @@
+"""`cnichain inspect` and `cnichain gc` on a throwaway node: pods made by our runner, orphans planted
+straight into the kernel and the plugins' files without any runtime."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cnichain.cli.runtime import Attachment, ConfList, Runtime
+from cnichain.plugins.bandwidth.config import ifb_name
+from cnichain.plugins.portmap import layout
+from cnichain.plugins.portmap.config import PortmapConfig, PortMapping
+
+pytestmark = pytest.mark.integration
+
+CLI = [sys.executable, "-m", "cnichain.cli.app"]
+NET = "opsnet"
+MAPPING = {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}
+BANDWIDTH = {"ingressRate": 8_000_000, "ingressBurst": 800_000, "egressRate": 4_000_000, "egressBurst": 400_000}
+
+
+@pytest.fixture
+def node(lab, plugin_dir, tmp_path):
+    """A conflist with every plugin that keeps state, its dirs in tmp_path, and a runner for it."""
+    conf = {
+        "cniVersion": "1.1.0",
+        "name": NET,
+        "plugins": [
+            {"type": "bridge", "bridge": f"br{lab.run_id}", "isGateway": True, "ipMasq": True,
+             "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/24"}]], "dataDir": str(tmp_path / "ipam")}},
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+            {"type": "bandwidth", "capabilities": {"bandwidth": True}},
+            {"type": "tuning", "dataDir": str(tmp_path / "tuning"), "mtu": 1400,
+             "sysctl": {"net.ipv4.conf.IFNAME.arp_filter": "1"}},
+        ],
+    }
+    path = tmp_path / "ops.conflist"
+    path.write_text(json.dumps(conf))
+    runtime = Runtime([plugin_dir], str(tmp_path / "cache"), node_netns=lab.node)
+    return ConfList.load(str(path)), runtime, path
+
+
+def add_pod(lab, conf: ConfList, runtime: Runtime, cid: str) -> tuple[str, dict]:
+    pod = lab.netns(cid)
+    att = Attachment(cid, pod, "eth0", capability_args={"portMappings": [MAPPING], "bandwidth": BANDWIDTH})
+    return pod, runtime.add(conf, att)
+
+
+def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(CLI + list(args), capture_output=True, text=True, timeout=120)
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def sources(lab, tmp_path) -> list[str]:
+    return ["--cache-dir", str(tmp_path / "cache"), "--ipam-dir", str(tmp_path / "ipam"),
+            "--tuning-dir", str(tmp_path / "tuning"), "--node-netns", lab.node]
+
+
+def inspect(lab, tmp_path, *extra: str) -> dict:
+    return json.loads(cli("inspect", "--json", *sources(lab, tmp_path), *extra).stdout)
+
+
+def containers(doc: dict) -> dict:
+    return {c["container_id"]: c for c in doc["containers"]}
+
+
+def plant_ghost(lab, tmp_path, cid: str = "ghost") -> None:
+    """What a crashed runtime leaves: state of all kinds for a container nobody cached."""
+    folder = tmp_path / "ipam" / NET
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "10.88.0.200").write_bytes(f"{cid}\r\neth0".encode())
+    (tmp_path / "tuning").mkdir(exist_ok=True)
+    (tmp_path / "tuning" / f"{cid}_eth0.json").write_text(json.dumps({"mtu": 1500}))
+    cfg = PortmapConfig(mappings=(PortMapping(9999, 99, "udp"),))
+    plan = layout.plan_owner(NET, cid, cfg, {4: "10.88.0.200"})
+    script = "\n".join(layout.skeleton()) + "\n" + layout.fast_add(plan)
+    lab.run(lab.node, "nft", "-f", "-", input=script)
+    ifb = ifb_name(NET, cid)
+    lab.run(lab.node, "ip", "link", "add", ifb, "type", "ifb")
+    lab.run(lab.node, "ip", "link", "set", ifb, "alias", f"cnichain-bandwidth net={NET} id={cid}")
+
+
+def test_inspect_shows_what_each_plugin_holds(lab, node, tmp_path):
+    conf, runtime, _ = node
+    _, result = add_pod(lab, conf, runtime, "pod1")
+    pod_ip = result["ips"][0]["address"].split("/")[0]
+
+    doc = inspect(lab, tmp_path, "--container", "pod1")
+    [c] = doc["containers"]
+    assert c["container_id"] == "pod1" and not c["orphan"], c
+    assert c["attachments"][0]["netns_alive"] is True
+    assert [(r["network"], r["ip"], r["ifname"]) for r in c["host_local"]] == [(NET, pod_ip, "eth0")]
+    [m] = c["portmap"]
+    assert (m["protocol"], m["host_port"], m["host_ip"], m["pod_ip"], m["pod_port"]) == ("tcp", 8080, "", pod_ip, 80)
+    [bw] = c["bandwidth"]
+    assert bw["ifb"] == ifb_name(NET, "pod1") and bw["host_veth"].startswith("veth")
+    assert bw["egress"]["rate_bits"] == BANDWIDTH["egressRate"]
+    assert bw["ingress"]["rate_bits"] == BANDWIDTH["ingressRate"]
+    assert abs(bw["egress"]["burst_bits"] - BANDWIDTH["egressBurst"]) <= 0.02 * BANDWIDTH["egressBurst"]
+    [t] = c["tuning"]
+    assert t["ifname"] == "eth0" and "mtu" in t["saved"]
+    assert "net/ipv4/conf/eth0/arp_filter" in t["saved"]["sysctl"]
+    [mq] = c["masquerade"]
+    assert mq["addresses"] == [pod_ip] and mq["ifname"] == "eth0"
+
+    text = cli("inspect", NET, *sources(lab, tmp_path)).stdout
+    assert "container pod1" in text and f"tcp 0.0.0.0:8080 -> {pod_ip}:80" in text and "(alive)" in text
+    assert "ORPHAN" not in text
+
+
+def test_inspect_flags_a_pod_whose_netns_is_gone(lab, node, tmp_path):
+    conf, runtime, _ = node
+    pod, _ = add_pod(lab, conf, runtime, "pod2")
+    lab.delete_netns(pod)
+    [c] = inspect(lab, tmp_path, "--container", "pod2")["containers"]
+    assert c["orphan"]
+    assert any("no longer exists" in r for r in c["orphan_reasons"]), c["orphan_reasons"]
+    assert any("has no host veth" in r for r in c["orphan_reasons"]), c["orphan_reasons"]
+
+
+def test_inspect_flags_planted_state_without_a_runtime(lab, node, tmp_path):
+    conf, runtime, _ = node
+    add_pod(lab, conf, runtime, "pod3")
+    plant_ghost(lab, tmp_path)
+    by_id = containers(inspect(lab, tmp_path))
+    ghost = by_id["ghost"]
+    assert ghost["orphan"] and not by_id["pod3"]["orphan"]
+    assert any("no entry in the result cache" in r for r in ghost["orphan_reasons"])
+    assert [r["ip"] for r in ghost["host_local"]] == ["10.88.0.200"]
+    assert [(m["protocol"], m["host_port"], m["pod_port"]) for m in ghost["portmap"]] == [("udp", 9999, 99)]
+    assert [b["ifb"] for b in ghost["bandwidth"]] == [ifb_name(NET, "ghost")]
+    assert [t["ifname"] for t in ghost["tuning"]] == ["eth0"]
+
+    # With an explicit list of live containers, anything else is an orphan whatever the cache says.
+    by_id = containers(inspect(lab, tmp_path, "--live", "ghost"))
+    assert not any("--live" in r for r in by_id["ghost"]["orphan_reasons"])
+    assert "not in the --live list" in by_id["pod3"]["orphan_reasons"]
+
+
+def test_inspect_refuses_bad_input(lab, tmp_path):
+    for args in (["--container", "../etc"], ["--cache-dir", "relative/dir"], ["--node-netns", str(tmp_path / "none")]):
+        proc = cli("inspect", *args, check=False)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
