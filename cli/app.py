@@ -230,38 +230,59 @@ def inspect(
 
 @app.command()
 def gc(
-    conflist: str = typer.Argument(..., help="Path to the network's conflist"),
-    cache_dir: str = typer.Option(DEFAULT_CACHE, "--cache-dir"),
-    bin_dir: List[str] = typer.Option([], "--bin-dir"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Only print what would be collected"),
+    conflist: str = typer.Argument("", help="The network's conflist: limits gc to that network and is used where the cache holds no config"),
+    apply: bool = typer.Option(False, "--apply", help="Run the DELs and GCs (default: only show them)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only show what would be collected (the default; kept for scripts)"),
+    valid: List[str] = typer.Option([], "--valid", help="A live attachment CONTAINERID[/IFNAME] (repeatable); when given, every other one is collected"),
+    cache_dir: List[str] = typer.Option(NODE_CACHE_DIRS, "--cache-dir", help="A result cache root holding results/ (repeatable)"),
+    bin_dir: List[str] = typer.Option([], "--bin-dir", help="Plugin directory (repeatable); default $CNI_PATH or /opt/cni/bin"),
+    node_netns: str = typer.Option("", "--node-netns", help="Run the plugins and read kernel state in this namespace"),
+    ipam_dir: List[str] = typer.Option(["/var/lib/cni/networks"], "--ipam-dir", help="host-local dataDir to list what GC removes (repeatable)"),
+    tuning_dir: List[str] = typer.Option(["/run/cni/tuning"], "--tuning-dir", help="tuning dataDir (repeatable)"),
 ) -> None:
-    """DEL cached attachments whose netns is gone, then CNI GC with the live ones as valid attachments."""
-    from cnichain.cli.runtime import Attachment, ConfigError, ConfList, PluginFailed, Runtime
+    """Collect attachments of pods that no longer exist, from any runtime's result cache or a --valid list.
 
+    DEL for each cached attachment without a live pod (its netns is gone, or it is not in --valid), with the conflist, result and arguments the runtime cached; then CNI GC per network (cniVersion 1.1.0) with the live attachments as valid. Shows the plan and changes nothing unless --apply.
+    """
+    from cnichain.cli.node import cache as cache_mod
+    from cnichain.cli.node import gc as gc_mod
+    from cnichain.cli.node import view
+    from cnichain.cli.runtime import ConfigError, ConfList, Runtime
+
+    pairs = gc_mod.parse_valid(valid)
     try:
-        conf = ConfList.load(conflist)
-    except ConfigError as exc:
-        _fail(str(exc))
-    dirs = bin_dir or [d for d in os.environ.get("CNI_PATH", "").split(":") if d] or DEFAULT_BIN_DIRS
-    runtime = Runtime(dirs, cache_dir)
-    live: list[tuple[str, str]] = []
-    for e in runtime.cached_attachments(conf.name):
-        cid, ifn, netns = str(e.get("containerId")), str(e.get("ifName")), str(e.get("netns") or "")
-        if netns and os.path.exists(netns):
-            live.append((cid, ifn))
-            continue
-        typer.echo(f"stale: {cid}/{ifn} (netns {netns or '-'} gone)")
-        if not dry_run:
-            try:
-                runtime.delete(conf, Attachment(cid, "", ifn))
-            except PluginFailed as exc:
-                typer.secho(f"  DEL failed: {exc}", fg=typer.colors.YELLOW)
-    if not dry_run:
+        view.check_inputs(cache_dir, ipam_dir, tuning_dir, node_netns, [c for c, _ in pairs])
+    except ValueError as exc:
+        _fail(str(exc), 2)
+    if any(i and not cache_mod.valid_ifname(i) for _, i in pairs):
+        _fail("--valid: invalid interface name", 2)
+    if apply and dry_run:
+        _fail("--apply and --dry-run contradict each other", 2)
+    conf_doc = None
+    if conflist:
         try:
-            runtime.gc(conf, live)
-        except PluginFailed as exc:
+            conf_doc = ConfList.load(conflist).raw
+        except ConfigError as exc:
             _fail(str(exc))
-    typer.echo(f"{len(live)} live attachment(s) kept")
+    entries = [e for d in cache_dir for e in cache_mod.read_cache(d)]
+    if conf_doc is not None:
+        entries = [e for e in entries if e.network == conf_doc.get("name")]
+    src = view.Sources(cache_dirs=cache_dir, ipam_dirs=ipam_dir, tuning_dirs=tuning_dir, node_netns=node_netns or None)
+    node = view.collect(src, network=str(conf_doc.get("name")) if conf_doc else "")
+    plan = gc_mod.build(entries, conf_doc, pairs if valid else None, node)
+    if not apply:
+        typer.echo(gc_mod.render(plan))
+        return
+    dirs = bin_dir or [d for d in os.environ.get("CNI_PATH", "").split(":") if d] or DEFAULT_BIN_DIRS
+
+    def runtime_for(entry):  # the cache root the entry lives in, so DEL finds its cached result
+        root = os.path.dirname(os.path.dirname(entry.path)) if entry is not None else cache_dir[0]
+        return Runtime(dirs, root, node_netns=node_netns or None)
+
+    lines, ok = gc_mod.execute(plan, runtime_for)
+    typer.echo(gc_mod.render(plan, lines))
+    if not ok:
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -4,6 +4,7 @@ straight into the kernel and the plugins' files without any runtime."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -146,3 +147,72 @@ def test_inspect_refuses_bad_input(lab, tmp_path):
     for args in (["--container", "../etc"], ["--cache-dir", "relative/dir"], ["--node-netns", str(tmp_path / "none")]):
         proc = cli("inspect", *args, check=False)
         assert proc.returncode == 2, proc.stdout + proc.stderr
+
+
+def gc_args(lab, tmp_path, plugin_dir) -> list[str]:
+    return [*sources(lab, tmp_path), "--bin-dir", plugin_dir]
+
+
+def test_gc_dry_run_then_apply(lab, node, tmp_path, plugin_dir):
+    conf, runtime, path = node
+    add_pod(lab, conf, runtime, "alive1")
+    gone_ns, _ = add_pod(lab, conf, runtime, "gone1")
+    lab.delete_netns(gone_ns)
+    plant_ghost(lab, tmp_path)
+    cached = tmp_path / "cache" / "results" / f"{NET}-gone1-eth0"
+    assert cached.exists()
+
+    dry = cli("gc", str(path), *gc_args(lab, tmp_path, plugin_dir)).stdout
+    assert f"would DEL   {NET}/gone1/eth0: netns {gone_ns} is gone" in dry, dry
+    assert f"keep  {NET}/alive1/eth0" in dry
+    assert f"would GC    {NET} keeping 1 attachment(s)" in dry
+    assert "removes ghost: host-local 10.88.0.200, portmap udp/9999, ifb " in dry
+    assert "dry run: nothing changed" in dry
+    assert cached.exists() and (tmp_path / "ipam" / NET / "10.88.0.200").exists()
+
+    applied = cli("gc", str(path), "--apply", *gc_args(lab, tmp_path, plugin_dir)).stdout
+    assert f"deleted {NET}/gone1/eth0" in applied and f"collected {NET}" in applied, applied
+    assert not cached.exists()
+    by_id = containers(inspect(lab, tmp_path))
+    assert "gone1" not in by_id
+    ghost = by_id.get("ghost")
+    # GC leaves only tuning's backup (tuning keeps no per-network state; DEL is what restores it).
+    assert ghost is None or (not ghost["host_local"] and not ghost["portmap"] and not ghost["bandwidth"]), ghost
+    alive = by_id["alive1"]
+    assert not alive["orphan"] and alive["host_local"] and alive["portmap"] and alive["bandwidth"]
+
+
+def test_gc_from_a_libcni_cache_without_conflist(lab, node, tmp_path, plugin_dir):
+    """containerd's cache carries the conflist (base64) and no netns field: gc needs nothing else."""
+    import base64
+
+    conf, runtime, path = node
+    pod, _ = add_pod(lab, conf, runtime, "cri1")
+    ours = tmp_path / "cache" / "results" / f"{NET}-cri1-eth0"
+    entry = json.loads(ours.read_text())
+    entry.pop("netns")
+    entry["config"] = base64.b64encode(path.read_bytes()).decode()
+    libcni = tmp_path / "libcni" / "results"
+    libcni.mkdir(parents=True)
+    (libcni / ours.name).write_text(json.dumps(entry))
+    ours.unlink()
+    args = ["--cache-dir", str(tmp_path / "libcni"), "--ipam-dir", str(tmp_path / "ipam"),
+            "--node-netns", lab.node, "--bin-dir", plugin_dir]
+
+    assert f"keep  {NET}/cri1/eth0: netns {pod} exists" in cli("gc", *args).stdout
+    lab.delete_netns(pod)
+    out = cli("gc", "--apply", *args).stdout
+    assert f"deleted {NET}/cri1/eth0" in out, out
+    assert not (libcni / ours.name).exists()
+    assert not [n for n in os.listdir(tmp_path / "ipam" / NET) if n[0].isdigit()]
+
+
+def test_gc_with_valid_list_collects_everything_else(lab, node, tmp_path, plugin_dir):
+    conf, runtime, path = node
+    add_pod(lab, conf, runtime, "keepme")
+    add_pod(lab, conf, runtime, "dropme")
+    out = cli("gc", str(path), "--valid", "keepme/eth0", *gc_args(lab, tmp_path, plugin_dir)).stdout
+    assert f"would DEL   {NET}/dropme/eth0: not in --valid" in out and f"keep  {NET}/keepme/eth0: in --valid" in out
+    out = cli("gc", str(path), "--valid", "keepme", "--apply", *gc_args(lab, tmp_path, plugin_dir)).stdout
+    assert f"deleted {NET}/dropme/eth0" in out, out
+    assert sorted(containers(inspect(lab, tmp_path))) == ["keepme"]
