@@ -58,7 +58,7 @@ def exec_cmd(
     cap: List[str] = typer.Option([], "--cap", help="Capability argument NAME=JSON, e.g. portMappings='[...]' (repeatable)"),
     cap_file: List[str] = typer.Option([], "--cap-file", help="JSON file with an object of capability args"),
     arg: List[str] = typer.Option([], "--arg", help="CNI_ARGS pair K=V (repeatable)"),
-    valid: List[str] = typer.Option([], "--valid", help="GC: a live attachment CONTAINERID[/IFNAME] (repeatable)"),
+    valid: List[str] = typer.Option([], "--valid", help="GC: a live attachment CONTAINERID or CONTAINERID/IFNAME (repeatable)"),
     node_netns: str = typer.Option("", "--node-netns", help="Run the plugins inside this namespace instead of the caller's"),
 ) -> None:
     """Run a CNI config list the way containerd / CRI-O do (ADD in order, DEL in reverse with the cached result)."""
@@ -233,7 +233,7 @@ def gc(
     conflist: str = typer.Argument("", help="The network's conflist: limits gc to that network and is used where the cache holds no config"),
     apply: bool = typer.Option(False, "--apply", help="Run the DELs and GCs (default: only show them)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only show what would be collected (the default; kept for scripts)"),
-    valid: List[str] = typer.Option([], "--valid", help="A live attachment CONTAINERID[/IFNAME] (repeatable); when given, every other one is collected"),
+    valid: List[str] = typer.Option([], "--valid", help="A live attachment CONTAINERID or CONTAINERID/IFNAME (repeatable); when given, every other one is collected"),
     cache_dir: List[str] = typer.Option(NODE_CACHE_DIRS, "--cache-dir", help="A result cache root holding results/ (repeatable)"),
     bin_dir: List[str] = typer.Option([], "--bin-dir", help="Plugin directory (repeatable); default $CNI_PATH or /opt/cni/bin"),
     node_netns: str = typer.Option("", "--node-netns", help="Run the plugins and read kernel state in this namespace"),

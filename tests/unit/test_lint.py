@@ -236,3 +236,4 @@ def test_cli_exit_codes(tmp_path) -> None:
     failed = subprocess.run(cli + ["--json", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert failed.returncode == 1, failed.stdout + failed.stderr
     assert json.loads(failed.stdout)["errors"] == 1
+
