@@ -59,6 +59,8 @@ _FIXES = (
     ("duplicated sysctl keys", "write each sysctl key once"),
     ("cannot unmarshal", "give the value the JSON type named after 'of type'"),
     ("overlap", "make the ranges disjoint"),
+    ("not v4 nor v6", "give every range a subnet"),
+    ("does not support more than 1 address per family", "use cniVersion 0.3.0 or later, or one range set per family"),
     ("no IP ranges specified", "give ipam.ranges (or subnet), or declare the ipRanges capability"),
     ("host bits set", "write the network address of the subnet"),
     ("too small to allocate from", "use a larger subnet (IPv4 /30 or shorter)"),
@@ -284,7 +286,7 @@ class _Linter:
                 self._unknown_key(key, catalog.HOST_LOCAL_IPAM_KEYS, index, ptype, prefix="ipam.")
         caps = entry.get("capabilities") if isinstance(entry.get("capabilities"), dict) else {}
         for p in parsers.check_host_local(conf, bool(caps.get("ipRanges"))):
-            self.add(ERROR, p.message, index, ptype, p.key, _fix_for(p.message) or _REFUSED.format(ptype))
+            self.add(ERROR, p.message, index, ptype, p.key, _fix_for(p.message) or _REFUSED.format("host-local"))
         if "host-local" in catalog.OUR_TYPES:
             self._plugin_version("host-local", version, index, ptype)
 

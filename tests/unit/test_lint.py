@@ -117,6 +117,17 @@ CATALOGUE: list[tuple[str, Any, str, Optional[int], str, str]] = [
         [{"subnet": "10.1.0.0/24"}, {"subnet": "10.1.0.0/25"}]]}}), ERROR, 0, "ipam", "overlap"),
     ("host-local-sets-overlap", chain({**BRIDGE, "ipam": {"type": "host-local", "ranges": [
         [{"subnet": "10.1.0.0/24"}], [{"subnet": "10.1.0.0/16"}]]}}), ERROR, 0, "ipam", "range set 0 overlaps with 1"),
+    ("host-local-range-without-subnet", chain({**BRIDGE, "ipam": {"type": "host-local", "ranges": [
+        [{"rangeStart": "10.1.0.5"}]]}}), ERROR, 0, "ipam", "invalid range set 0: IP <nil> not v4 nor v6"),
+    ("host-local-range-end-outside", chain({**BRIDGE, "ipam": {"type": "host-local", "subnet": "10.1.0.0/24",
+                                                              "rangeEnd": "10.2.0.1"}}),
+     ERROR, 0, "ipam", "RangeEnd 10.2.0.1 not in network 10.1.0.0/24"),
+    ("host-local-two-sets-old-version", chain({**BRIDGE, "ipam": {"type": "host-local", "ranges": [
+        [{"subnet": "10.1.0.0/24"}], [{"subnet": "10.2.0.0/24"}]]}}, version="0.2.0"),
+     ERROR, 0, "ipam", "CNI version 0.2.0 does not support more than 1 address per family"),
+    ("bandwidth-top-level-capability-object", chain(BRIDGE, {"type": "bandwidth", "capabilities": {"bandwidth": True},
+                                                             "bandwidth": {"ingressRate": 1}}),
+     WARNING, 1, "bandwidth", "read only from runtimeConfig"),
     ("host-local-host-bits", chain({**BRIDGE, "ipam": {"type": "host-local", "subnet": "10.1.0.5/24"}}), ERROR, 0,
      "ipam", "Network has host bits set"),
     ("host-local-key-typo", chain({**BRIDGE, "ipam": {"type": "host-local", "subnet": "10.1.0.0/24",
