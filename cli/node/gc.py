@@ -97,7 +97,7 @@ def build(entries: list[CacheEntry], conflist: Optional[dict], valid: Optional[l
     networks = sorted(set(configs) | {e.network for e in entries})
     for network in networks:
         conf = configs.get(network)
-        keep = [(c, i or "eth0") for c, i in valid] if valid is not None else live.get(network, [])
+        keep = _expand(valid, entries, node) if valid is not None else live.get(network, [])
         col = Collection(network, conf, keep)
         if conf is None:
             col.skipped = "no conflist known for this network (pass it as CONFLIST)"
@@ -116,6 +116,24 @@ def build(entries: list[CacheEntry], conflist: Optional[dict], valid: Optional[l
                     col.removes.append(f"{cv.container_id}: {', '.join(held)}")
         plan.collections.append(col)
     return plan
+
+
+def _expand(valid: list[tuple[str, str]], entries: list[CacheEntry], node: Optional[NodeView]) -> list[tuple[str, str]]:
+    """``--valid ID`` without an ifname keeps every interface the node knows for that container
+    (cache entries, reservations, masquerade rules), or ``eth0`` when it knows none: GC must not
+    drop a second interface's state because the operator named only the pod."""
+    known: dict[str, list[str]] = {}
+    for e in entries:
+        known.setdefault(e.container_id, []).append(e.ifname)
+    for cv in node.containers if node is not None else []:
+        names = [r.ifname for r in cv.reservations if r.ifname] + [m.ifname for m in cv.masquerade if m.ifname]
+        known.setdefault(cv.container_id, []).extend(names)
+    out: list[tuple[str, str]] = []
+    for cid, ifname in valid:
+        for name in [ifname] if ifname else (known.get(cid) or ["eth0"]):
+            if (cid, name) not in out:
+                out.append((cid, name))
+    return out
 
 
 def _v11(version: str) -> bool:

@@ -88,3 +88,19 @@ def test_portmap_listing():
         ("abc123", "udp", "192.0.2.1", 53, 4, "10.1.0.5", 5353, ""),
         ("abc123", "tcp", "", 8080, 6, "fd00::5", 80, ""),
     ]
+
+
+def test_gc_plan_keeps_every_interface_of_a_valid_pod_and_deletes_dead_ones():
+    from cnichain.cli.node import gc
+
+    conflist = dict(CONFLIST, cniVersion="1.1.0")
+    alive = cache.parse_entry("/c/results/k8s-abc123-net1", libcni_entry().replace(b'"eth0"', b'"net1"'))
+    dead = cache.parse_entry("/c/results/k8s-dead1-eth0", libcni_entry(cid="dead1", sandbox="/nonexistent/ns"))
+    plan = gc.build([alive, dead], conflist, gc.parse_valid(["abc123"]), None)
+    assert [(d.entry.container_id, d.reason) for d in plan.deletions] == [("dead1", "not in --valid")]
+    [col] = plan.collections
+    assert col.valid == [("abc123", "net1")] and not col.skipped
+    plan = gc.build([alive, dead], None, None, None)  # liveness from the cached sandbox paths
+    assert [d.entry.container_id for d in plan.deletions] == ["abc123", "dead1"]
+    assert plan.collections[0].skipped.startswith("cniVersion 1.0.0 has no GC")
+    assert "would DEL   k8s/dead1/eth0: netns /nonexistent/ns is gone" in gc.render(plan)
