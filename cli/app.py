@@ -58,7 +58,7 @@ def exec_cmd(
     cap: List[str] = typer.Option([], "--cap", help="Capability argument NAME=JSON, e.g. portMappings='[...]' (repeatable)"),
     cap_file: List[str] = typer.Option([], "--cap-file", help="JSON file with an object of capability args"),
     arg: List[str] = typer.Option([], "--arg", help="CNI_ARGS pair K=V (repeatable)"),
-    valid: List[str] = typer.Option([], "--valid", help="GC: a live attachment CONTAINERID[/IFNAME] (repeatable)"),
+    valid: List[str] = typer.Option([], "--valid", help="GC: a live attachment CONTAINERID or CONTAINERID/IFNAME (repeatable)"),
     node_netns: str = typer.Option("", "--node-netns", help="Run the plugins inside this namespace instead of the caller's"),
 ) -> None:
     """Run a CNI config list the way containerd / CRI-O do (ADD in order, DEL in reverse with the cached result)."""
@@ -171,58 +171,118 @@ def demo(
 
 
 @app.command()
-def inspect(
-    network: str = typer.Argument(..., help="Network name"),
-    cache_dir: str = typer.Option(DEFAULT_CACHE, "--cache-dir"),
+def lint(
+    paths: List[str] = typer.Argument(..., help="Conflist files, or directories of them (e.g. /etc/cni/net.d)"),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable findings for CI"),
+    bin_dir: List[str] = typer.Option([], "--bin-dir", help="Also report plugin types missing from this directory (repeatable)"),
+    tuning_allowlist: str = typer.Option("", "--tuning-allowlist", help="The node's tuning sysctl allowlist file to check sysctl keys against"),
 ) -> None:
-    """Show the attachments the runner cached for a network, and whether their netns still exists."""
-    from cnichain.cli.runtime import Runtime
+    """Check conflists before they reach a node: syntax, versions, keys, values, capabilities, chain order.
 
-    entries = Runtime([], cache_dir).cached_attachments(network)
-    if not entries:
-        typer.echo(f"no attachments cached for {network} in {cache_dir}")
-        return
-    for e in entries:
-        netns = e.get("netns") or ""
-        alive = "alive" if netns and os.path.exists(netns) else "gone"
-        ips = [ip.get("address") for ip in (e.get("result") or {}).get("ips", [])]
-        typer.echo(f"{e.get('containerId')}  {e.get('ifName')}  netns={netns or '-'} ({alive})  ips={','.join(ips)}")
+    Exits 1 when any file has an error; warnings alone exit 0.
+    """
+    from cnichain.cli import lint as lint_mod
+
+    allowlist = None
+    if tuning_allowlist:
+        from cnichain.plugins.tuning.config import read_allowlist
+
+        if not os.path.isfile(tuning_allowlist):
+            _fail(f"--tuning-allowlist {tuning_allowlist}: no such file", 2)
+        try:
+            allowlist = read_allowlist(tuning_allowlist)
+        except Exception as exc:  # CniError: unreadable
+            _fail(str(exc), 2)
+    reports = lint_mod.lint_paths(paths, lint_mod.Options(bin_dirs=bin_dir, tuning_allowlist=allowlist))
+    typer.echo(lint_mod.render_json(reports) if as_json else lint_mod.render_text(reports))
+    raise typer.Exit(1 if lint_mod.failed(reports) else 0)
+
+
+NODE_CACHE_DIRS = ["/var/lib/cni", DEFAULT_CACHE]
+
+
+@app.command()
+def inspect(
+    network: str = typer.Argument("", help="Only containers attached to this network"),
+    container: str = typer.Option("", "--container", help="Only this container ID"),
+    as_json: bool = typer.Option(False, "--json", help="The whole view as JSON"),
+    cache_dir: List[str] = typer.Option(NODE_CACHE_DIRS, "--cache-dir", help="A result cache root holding results/ (repeatable): libcni's /var/lib/cni, our runner's"),
+    ipam_dir: List[str] = typer.Option(["/var/lib/cni/networks"], "--ipam-dir", help="host-local dataDir (repeatable; dirs named in cached conflists are added)"),
+    tuning_dir: List[str] = typer.Option(["/run/cni/tuning"], "--tuning-dir", help="tuning dataDir (repeatable; dirs named in cached conflists are added)"),
+    node_netns: str = typer.Option("", "--node-netns", help="Read kernel state in this namespace instead of the caller's"),
+    live: List[str] = typer.Option([], "--live", help="A container ID that is alive (repeatable): every other one is an orphan"),
+) -> None:
+    """Show, per container, what our plugins hold on this node and flag orphans, whichever runtime made the pods.
+
+    Reads host-local reservations, tuning backups, portmap mappings, bandwidth shaping and bridge masquerade rules from the kernel and the plugins' files, joined with the runtimes' result cache. A container is an orphan when it is not in --live (if given), has no cache entry, its cached netns is gone, or its IFB has lost its veth.
+    """
+    from cnichain.cli.node import render, view
+
+    try:
+        view.check_inputs(cache_dir, ipam_dir, tuning_dir, node_netns, [container, *live] if container else live, network)
+    except ValueError as exc:
+        _fail(str(exc), 2)
+    src = view.Sources(cache_dirs=cache_dir, ipam_dirs=ipam_dir, tuning_dirs=tuning_dir,
+                       node_netns=node_netns or None, live=set(live) if live else None)
+    node = view.collect(src, network=network, container=container)
+    typer.echo(render.render_json(node) if as_json else render.render_text(node))
 
 
 @app.command()
 def gc(
-    conflist: str = typer.Argument(..., help="Path to the network's conflist"),
-    cache_dir: str = typer.Option(DEFAULT_CACHE, "--cache-dir"),
-    bin_dir: List[str] = typer.Option([], "--bin-dir"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Only print what would be collected"),
+    conflist: str = typer.Argument("", help="The network's conflist: limits gc to that network and is used where the cache holds no config"),
+    apply: bool = typer.Option(False, "--apply", help="Run the DELs and GCs (default: only show them)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only show what would be collected (the default; kept for scripts)"),
+    valid: List[str] = typer.Option([], "--valid", help="A live attachment CONTAINERID or CONTAINERID/IFNAME (repeatable); when given, every other one is collected"),
+    cache_dir: List[str] = typer.Option(NODE_CACHE_DIRS, "--cache-dir", help="A result cache root holding results/ (repeatable)"),
+    bin_dir: List[str] = typer.Option([], "--bin-dir", help="Plugin directory (repeatable); default $CNI_PATH or /opt/cni/bin"),
+    node_netns: str = typer.Option("", "--node-netns", help="Run the plugins and read kernel state in this namespace"),
+    ipam_dir: List[str] = typer.Option(["/var/lib/cni/networks"], "--ipam-dir", help="host-local dataDir to list what GC removes (repeatable)"),
+    tuning_dir: List[str] = typer.Option(["/run/cni/tuning"], "--tuning-dir", help="tuning dataDir (repeatable)"),
 ) -> None:
-    """DEL cached attachments whose netns is gone, then CNI GC with the live ones as valid attachments."""
-    from cnichain.cli.runtime import Attachment, ConfigError, ConfList, PluginFailed, Runtime
+    """Collect attachments of pods that no longer exist, from any runtime's result cache or a --valid list.
 
+    DEL for each cached attachment without a live pod (its netns is gone, or it is not in --valid), with the conflist, result and arguments the runtime cached; then CNI GC per network (cniVersion 1.1.0) with the live attachments as valid. Shows the plan and changes nothing unless --apply.
+    """
+    from cnichain.cli.node import cache as cache_mod
+    from cnichain.cli.node import gc as gc_mod
+    from cnichain.cli.node import view
+    from cnichain.cli.runtime import ConfigError, ConfList, Runtime
+
+    pairs = gc_mod.parse_valid(valid)
     try:
-        conf = ConfList.load(conflist)
-    except ConfigError as exc:
-        _fail(str(exc))
-    dirs = bin_dir or [d for d in os.environ.get("CNI_PATH", "").split(":") if d] or DEFAULT_BIN_DIRS
-    runtime = Runtime(dirs, cache_dir)
-    live: list[tuple[str, str]] = []
-    for e in runtime.cached_attachments(conf.name):
-        cid, ifn, netns = str(e.get("containerId")), str(e.get("ifName")), str(e.get("netns") or "")
-        if netns and os.path.exists(netns):
-            live.append((cid, ifn))
-            continue
-        typer.echo(f"stale: {cid}/{ifn} (netns {netns or '-'} gone)")
-        if not dry_run:
-            try:
-                runtime.delete(conf, Attachment(cid, "", ifn))
-            except PluginFailed as exc:
-                typer.secho(f"  DEL failed: {exc}", fg=typer.colors.YELLOW)
-    if not dry_run:
+        view.check_inputs(cache_dir, ipam_dir, tuning_dir, node_netns, [c for c, _ in pairs])
+    except ValueError as exc:
+        _fail(str(exc), 2)
+    if any(i and not cache_mod.valid_ifname(i) for _, i in pairs):
+        _fail("--valid: invalid interface name", 2)
+    if apply and dry_run:
+        _fail("--apply and --dry-run contradict each other", 2)
+    conf_doc = None
+    if conflist:
         try:
-            runtime.gc(conf, live)
-        except PluginFailed as exc:
+            conf_doc = ConfList.load(conflist).raw
+        except ConfigError as exc:
             _fail(str(exc))
-    typer.echo(f"{len(live)} live attachment(s) kept")
+    entries = [e for d in cache_dir for e in cache_mod.read_cache(d)]
+    if conf_doc is not None:
+        entries = [e for e in entries if e.network == conf_doc.get("name")]
+    src = view.Sources(cache_dirs=cache_dir, ipam_dirs=ipam_dir, tuning_dirs=tuning_dir, node_netns=node_netns or None)
+    node = view.collect(src, network=str(conf_doc.get("name")) if conf_doc else "")
+    plan = gc_mod.build(entries, conf_doc, pairs if valid else None, node)
+    if not apply:
+        typer.echo(gc_mod.render(plan))
+        return
+    dirs = bin_dir or [d for d in os.environ.get("CNI_PATH", "").split(":") if d] or DEFAULT_BIN_DIRS
+
+    def runtime_for(entry):  # the cache root the entry lives in, so DEL finds its cached result
+        root = os.path.dirname(os.path.dirname(entry.path)) if entry is not None else cache_dir[0]
+        return Runtime(dirs, root, node_netns=node_netns or None)
+
+    lines, ok = gc_mod.execute(plan, runtime_for)
+    typer.echo(gc_mod.render(plan, lines))
+    if not ok:
+        raise typer.Exit(1)
 
 
 @app.command()
