@@ -1,9 +1,7 @@
 """What the linter knows about plugin types: their keys, the capabilities they consume, their role.
 
-Keys come from each plugin's own Go-style schema (``SCHEMA`` in its ``config.py``) wherever the
-plugin has one, so the linter and the plugin cannot drift apart.  bridge and host-local are being
-moved onto schemas on another branch; until then their key lists live here, taken from the
-reference's config structs (/work/shared/reference/plugins-and-spec.md, sections 6.1 and 7.1).
+Keys come from each plugin's own Go-style schema (``SCHEMA`` in its ``config.py``), so the linter
+and the plugin cannot drift apart.
 """
 
 from __future__ import annotations
@@ -59,14 +57,19 @@ TWICE_BREAKS = {
               "restores the wrong originals",
 }
 
-_BRIDGE_KEYS = ("bridge", "isGateway", "isDefaultGateway", "forceAddress", "ipMasq", "ipMasqBackend",
-                "mtu", "hairpinMode", "promiscMode", "vlan", "vlanTrunk", "preserveDefaultVlan",
-                "macspoofchk", "enabledad", "disableContainerInterface", "portIsolation")
-HOST_LOCAL_IPAM_KEYS = ("type", "subnet", "rangeStart", "rangeEnd", "gateway", "ranges", "routes",
-                        "dataDir", "resolvConf")
-HOST_LOCAL_RANGE_KEYS = ("subnet", "rangeStart", "rangeEnd", "gateway")
+
+
+def _host_local_ipam_keys() -> tuple[str, ...]:
+    """The keys host-local reads under ``ipam`` (its IPAMConfig, the legacy single range included)."""
+    from cnichain.plugins.host_local.config import IPAM_CONFIG
+
+    return tuple(f.name for f in IPAM_CONFIG.fields)
+
+
+HOST_LOCAL_IPAM_KEYS = _host_local_ipam_keys()
 
 _SCHEMA_MODULES = {
+    "bridge": "cnichain.plugins.bridge.config",
     "portmap": "cnichain.plugins.portmap.config",
     "bandwidth": "cnichain.plugins.bandwidth.config",
     "tuning": "cnichain.plugins.tuning.config",
@@ -86,8 +89,6 @@ def known_keys(plugin_type: str) -> tuple[str, ...]:
         schema = getattr(importlib.import_module(module), "SCHEMA", None)
         if schema is not None:
             own = tuple(f.name for f in schema.fields)
-    elif plugin_type == "bridge":
-        own = _BRIDGE_KEYS
     return tuple(dict.fromkeys((*COMMON_KEYS, *OUR_EXTRA_KEYS, *own)))
 
 
