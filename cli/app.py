@@ -271,6 +271,15 @@ def agent(
                            pool_size=max(0, pool)))
 
 
+@app.command()
+def version(verbose: bool = typer.Option(False, "--verbose", "-v", help="Also every carried Debian package and Python distribution")) -> None:
+    """Print cnichain's version; from a bundled tree, also what it was built from (see ./run bundle)."""
+    from cnichain.cli.bundle.manifest import describe, running_manifest
+
+    for line in describe(running_manifest(), verbose):
+        typer.echo(line)
+
+
 def main() -> None:
     app()
 
