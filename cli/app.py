@@ -280,6 +280,76 @@ def version(verbose: bool = typer.Option(False, "--verbose", "-v", help="Also ev
         typer.echo(line)
 
 
+node_app = typer.Typer(no_args_is_help=True, help="Install the bundled tree onto a node (the DaemonSet's init container), or remove it.")
+app.add_typer(node_app, name="node")
+
+
+def _node_config(host_root: str, prefix: str, bin_dir: str, conf_dir: str, mode: str, conf_name: str,
+                 conflist: str, replace_foreign: bool, agent_socket: str):
+    from cnichain.cli.node.installer import NodeConfig
+
+    return NodeConfig(host_root=host_root, prefix=prefix, bin_dir=bin_dir, conf_dir=conf_dir, mode=mode,
+                      conf_name=conf_name, conflist=conflist, replace_foreign=replace_foreign, agent_socket=agent_socket)
+
+
+@node_app.command("install")
+def node_install(
+    host_root: str = typer.Option("/", "--host-root", help="Where the host's / is mounted in this container"),
+    prefix: str = typer.Option("/opt/cni", "--prefix", help="Host prefix the tree was built for (<prefix>/cnichain)"),
+    bin_dir: str = typer.Option("", "--bin-dir", help="Host CNI bin dir (default <prefix>/bin)"),
+    conf_dir: str = typer.Option("/etc/cni/net.d", "--conf-dir", help="Host CNI conf dir"),
+    mode: str = typer.Option("own", "--mode", help="own: our bridge conflist; chain: our meta plugins chained into the primary's"),
+    conf_name: str = typer.Option("", "--conf-name", help="Our conflist's file name (default 10-cnichain.conflist / 00-cnichain.conflist)"),
+    conflist: str = typer.Option("bridge-portmap", "--conflist", help="own mode: shipped conflist name or a file path"),
+    replace_foreign: bool = typer.Option(False, "--replace-foreign", help="own mode: overwrite same-named plugins cnichain did not write"),
+    agent_socket: str = typer.Option("/run/cnichain/agent.sock", "--agent-socket", help='Socket the launchers try first ("" never)'),
+    watch: bool = typer.Option(False, "--watch", help="chain mode: keep polling and rewrite ours when the primary changes"),
+    interval: float = typer.Option(5.0, "--interval", min=0.1, max=300.0, help="--watch poll interval, seconds"),
+) -> None:
+    """Stage the tree in versions/<id>, switch 'current', write launchers, run them, write the conflist last."""
+    from cnichain.cli.bundle.layout import LayoutError
+    from cnichain.cli.node import installer
+    from cnichain.cli.node.chain import ChainError
+
+    cfg = _node_config(host_root, prefix, bin_dir, conf_dir, mode, conf_name, conflist, replace_foreign, agent_socket)
+    try:
+        report = installer.install(cfg)
+    except (installer.InstallError, ChainError, LayoutError, OSError, ValueError) as exc:
+        _fail(str(exc))
+    for path in report.written:
+        typer.echo(f"wrote      {path}")
+    for path in report.unchanged:
+        typer.echo(f"unchanged  {path}")
+    for line in report.verified:
+        typer.echo(f"verified   {line}")
+    for path in report.removed:
+        typer.echo(f"pruned     {path}")
+    if watch and mode == "chain":
+        raise typer.Exit(installer.watch(cfg, interval, log=typer.echo))
+
+
+@node_app.command("uninstall")
+def node_uninstall(
+    host_root: str = typer.Option("/", "--host-root"),
+    prefix: str = typer.Option("/opt/cni", "--prefix"),
+    bin_dir: str = typer.Option("", "--bin-dir"),
+    conf_dir: str = typer.Option("/etc/cni/net.d", "--conf-dir"),
+    force: bool = typer.Option(False, "--force", help="Also remove our files that were changed since"),
+) -> None:
+    """Remove our conflist, launchers, 'current' and every version: the only command that removes the conflist."""
+    from cnichain.cli.node import installer
+
+    cfg = _node_config(host_root, prefix, bin_dir, conf_dir, "own", "", "", False, "")
+    try:
+        report = installer.uninstall(cfg, force=force)
+    except (installer.InstallError, OSError, ValueError) as exc:
+        _fail(str(exc))
+    for path in report.removed:
+        typer.echo(f"removed    {path}")
+    for note in report.notes:
+        typer.secho(note, fg=typer.colors.YELLOW)
+
+
 def main() -> None:
     app()
 

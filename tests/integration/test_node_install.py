@@ -1,0 +1,64 @@
+"""``cnichain node install`` with the real tree, the way the DaemonSet's init container runs it.
+
+The installer itself runs from the tree in an empty root (the "container": only the tree, /dev/null,
+/proc and the "host" mounted at /host); the host is a temp directory.  Its VERSION check chroots
+into /host, so it runs the copy on the host.  Then the host's launchers run in an empty root made
+of the host directory alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from cnichain.cli.bundle import layout
+from tests.emptyroot import run_in_root
+
+pytestmark = pytest.mark.integration
+
+PREFIX = layout.DEFAULT_PREFIX
+CORPUS = os.path.join(os.path.dirname(__file__), "..", "data", "corpus")
+
+
+def in_container(bundle, tmp_path, host, *args):
+    container = tmp_path / "container"
+    container.mkdir(exist_ok=True)
+    tree = os.path.join(bundle.out, PREFIX.lstrip("/"))
+    cli = f"{layout.current_link(PREFIX)}/{layout.CLI_REL}"
+    return run_in_root(str(container), [cli, "node", *args], [(tree, PREFIX, True), (str(host), "/host", False)],
+                       timeout=120)
+
+
+def test_install_from_the_tree_then_plugins_run_from_the_host_copy(bundle, tmp_path):
+    host = tmp_path / "host"
+    (host / "etc/cni/net.d").mkdir(parents=True)
+    out = in_container(bundle, tmp_path, host, "install", "--host-root", "/host")
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout.decode()
+    assert text.count("verified ") == 6 and text.rstrip().splitlines()[-1].startswith("verified")
+    assert (host / "etc/cni/net.d/10-cnichain.conflist").exists()
+    assert os.readlink(host / "opt/cni/cnichain/current") == f"versions/{bundle.tree_id}"
+    # the host alone (no tree bind-mount): its own copy must be complete
+    ran = run_in_root(str(host), [f"{PREFIX}/bin/portmap"], [], env={"CNI_COMMAND": "VERSION"})
+    assert ran.returncode == 0, ran.stderr
+    assert "1.1.0" in json.loads(ran.stdout)["supportedVersions"]
+    again = in_container(bundle, tmp_path, host, "install", "--host-root", "/host")
+    assert again.returncode == 0 and b"wrote " not in again.stdout  # byte-identical: nothing rewritten
+    gone = in_container(bundle, tmp_path, host, "uninstall", "--host-root", "/host")
+    assert gone.returncode == 0, gone.stderr
+    assert os.listdir(host / "etc/cni/net.d") == [] and not (host / "opt/cni/cnichain").exists()
+
+
+def test_chain_install_from_the_tree_next_to_antrea(bundle, tmp_path):
+    host = tmp_path / "host"
+    (host / "etc/cni/net.d").mkdir(parents=True)
+    shutil.copy(os.path.join(CORPUS, "antrea-cni.conflist"), host / "etc/cni/net.d/10-antrea.conflist")
+    out = in_container(bundle, tmp_path, host, "install", "--host-root", "/host", "--mode", "chain")
+    assert out.returncode == 0, out.stdout + out.stderr
+    ours = json.loads((host / "etc/cni/net.d/00-cnichain.conflist").read_text())
+    assert [p["type"] for p in ours["plugins"]] == ["antrea", "cnichain-portmap", "cnichain-bandwidth"]
+    ran = run_in_root(str(host), [f"{PREFIX}/bin/cnichain-bandwidth"], [], env={"CNI_COMMAND": "VERSION"})
+    assert ran.returncode == 0, ran.stderr
