@@ -350,6 +350,29 @@ def node_uninstall(
         typer.secho(note, fg=typer.colors.YELLOW)
 
 
+@node_app.command("probe")
+def node_probe(
+    socket_path: str = typer.Option("/run/cnichain/agent.sock", "--socket", help="The agent's socket"),
+) -> None:
+    """Readiness: exit 0 when the agent answers /metrics on ``<socket>.metrics`` (else: accepts on the socket).
+
+    The metrics endpoint is asked first because a bare connect to the CNI socket is an incomplete
+    request to the agent; it is served by the same event loop, so it answers only when requests would.
+    """
+    from cnichain.cli.agent.control import fetch_metrics
+    from cnichain.cli.agent.sockets import answers
+
+    metrics = socket_path + ".metrics"
+    if os.path.exists(metrics):
+        try:
+            fetch_metrics(metrics, timeout=2.0)
+        except (OSError, RuntimeError) as exc:
+            _fail(f"agent metrics on {metrics}: {exc}")
+    elif not answers(socket_path):
+        _fail(f"no agent on {socket_path}")
+    typer.echo(f"ready: {socket_path}")
+
+
 def main() -> None:
     app()
 

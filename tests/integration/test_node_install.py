@@ -62,3 +62,21 @@ def test_chain_install_from_the_tree_next_to_antrea(bundle, tmp_path):
     assert [p["type"] for p in ours["plugins"]] == ["antrea", "cnichain-portmap", "cnichain-bandwidth"]
     ran = run_in_root(str(host), [f"{PREFIX}/bin/cnichain-bandwidth"], [], env={"CNI_COMMAND": "VERSION"})
     assert ran.returncode == 0, ran.stderr
+
+
+def test_readiness_probe_follows_the_agent(tmp_path):
+    """``cnichain node probe`` (the DaemonSet's readiness probe) passes with an agent and fails without."""
+    from typer.testing import CliRunner
+
+    from cnichain.cli.agent import running_agent
+    from cnichain.cli.app import app
+
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    sock = str(folder / "agent.sock")
+    runner = CliRunner()
+    assert runner.invoke(app, ["node", "probe", "--socket", sock]).exit_code != 0
+    with running_agent(sock, args=("--pool", "0")):
+        result = runner.invoke(app, ["node", "probe", "--socket", sock])
+        assert result.exit_code == 0, result.output
+    assert runner.invoke(app, ["node", "probe", "--socket", sock]).exit_code != 0
