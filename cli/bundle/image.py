@@ -42,7 +42,8 @@ def podman_argv(storage: str) -> list[str]:
     podman refuses a runroot longer than 50 characters: keep ``storage`` short (e.g. under /tmp).
     """
     return ["podman", "--root", os.path.join(storage, "root"), "--runroot", os.path.join(storage, "runroot"),
-            "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--events-backend", "file"]
+            "--tmpdir", os.path.join(storage, "tmp"), "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs",
+            "--events-backend", "file"]
 
 
 def containerfile(prefix: str) -> str:
@@ -60,23 +61,36 @@ def _run(argv: list[str]) -> str:
 
 
 def build_image(archive: str, prefix: str = layout.DEFAULT_PREFIX, tag: str = "localhost/cnichain:latest",
-                storage: Optional[str] = None) -> ImageReport:
-    """Build tree + image and write ``archive`` (temp name in its directory, then rename)."""
+                storage: Optional[str] = None, built: Optional[str] = None) -> ImageReport:
+    """Build tree + image and write ``archive`` (temp name in its directory, then rename).
+
+    ``built``: an OUT directory that already holds a tree for ``prefix`` (./run bundle OUT); it is
+    used as the build context as is instead of building another tree.
+    """
     from cnichain.cli.bundle.build import build
+    from cnichain.cli.bundle.manifest import running_manifest
 
     archive = os.path.abspath(archive)
     work = tempfile.mkdtemp(prefix="cnichain-image-")
     own_storage = storage is None
     storage = storage or os.path.join(work, "storage")
     try:
-        ctx = os.path.join(work, "context")
-        report = build(ctx, prefix)
-        with open(os.path.join(ctx, "Containerfile"), "w") as fh:
+        if built:
+            ctx = os.path.abspath(built)
+            manifest = running_manifest(layout.under(ctx, layout.current_link(prefix)))
+            if manifest is None or manifest.get("prefix") != prefix:
+                raise RuntimeError(f"{ctx} holds no tree built for prefix {prefix}")
+        else:
+            ctx = os.path.join(work, "context")
+            manifest = build(ctx, prefix).manifest
+        tree_id = str(manifest["tree_id"])
+        spec = os.path.join(work, "Containerfile")
+        with open(spec, "w") as fh:
             fh.write(containerfile(prefix))
         podman = podman_argv(storage)
-        labels = ["--label", f"org.opencontainers.image.version={report.manifest['cnichain']}",
-                  "--label", f"io.cnichain.tree-id={report.tree_id}", "--label", f"io.cnichain.prefix={prefix}"]
-        _run([*podman, "build", "-q", "--network", "none", *labels, "-t", tag, "-f", os.path.join(ctx, "Containerfile"), ctx])
+        labels = ["--label", f"org.opencontainers.image.version={manifest['cnichain']}",
+                  "--label", f"io.cnichain.tree-id={tree_id}", "--label", f"io.cnichain.prefix={prefix}"]
+        _run([*podman, "build", "-q", "--network", "none", *labels, "-t", tag, "-f", spec, ctx])
         size = int(_run([*podman, "image", "inspect", "--format", "{{.Size}}", tag]).strip() or 0)
         os.makedirs(os.path.dirname(archive), exist_ok=True)
         tmp = os.path.join(os.path.dirname(archive), f".{os.path.basename(archive)}.tmp-{os.getpid()}")
@@ -86,7 +100,7 @@ def build_image(archive: str, prefix: str = layout.DEFAULT_PREFIX, tag: str = "l
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-        return ImageReport(archive, tag, report.tree_id, size, os.path.getsize(archive))
+        return ImageReport(archive, tag, tree_id, size, os.path.getsize(archive))
     finally:
         if own_storage:
             subprocess.run([*podman_argv(storage), "system", "reset", "--force"], capture_output=True, timeout=120)

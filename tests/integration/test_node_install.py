@@ -23,6 +23,17 @@ PREFIX = layout.DEFAULT_PREFIX
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "data", "corpus")
 
 
+@pytest.fixture
+def host(tmp_path):
+    """The "node": a temp dir with an empty conf dir; removed afterwards (it receives a 70 MB tree)."""
+    path = tmp_path / "host"
+    (path / "etc/cni/net.d").mkdir(parents=True)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def in_container(bundle, tmp_path, host, *args):
     container = tmp_path / "container"
     container.mkdir(exist_ok=True)
@@ -32,9 +43,7 @@ def in_container(bundle, tmp_path, host, *args):
                        timeout=120)
 
 
-def test_install_from_the_tree_then_plugins_run_from_the_host_copy(bundle, tmp_path):
-    host = tmp_path / "host"
-    (host / "etc/cni/net.d").mkdir(parents=True)
+def test_install_from_the_tree_then_plugins_run_from_the_host_copy(bundle, tmp_path, host):
     out = in_container(bundle, tmp_path, host, "install", "--host-root", "/host")
     assert out.returncode == 0, out.stdout + out.stderr
     text = out.stdout.decode()
@@ -52,9 +61,7 @@ def test_install_from_the_tree_then_plugins_run_from_the_host_copy(bundle, tmp_p
     assert os.listdir(host / "etc/cni/net.d") == [] and not (host / "opt/cni/cnichain").exists()
 
 
-def test_chain_install_from_the_tree_next_to_antrea(bundle, tmp_path):
-    host = tmp_path / "host"
-    (host / "etc/cni/net.d").mkdir(parents=True)
+def test_chain_install_from_the_tree_next_to_antrea(bundle, tmp_path, host):
     shutil.copy(os.path.join(CORPUS, "antrea-cni.conflist"), host / "etc/cni/net.d/10-antrea.conflist")
     out = in_container(bundle, tmp_path, host, "install", "--host-root", "/host", "--mode", "chain")
     assert out.returncode == 0, out.stdout + out.stderr
