@@ -91,6 +91,4 @@ def delegate(
 
 def delegate_ipam(req, command: Optional[str] = None) -> Optional[Result]:  # req: skel.Request
     """Run the config's ``ipam.type`` plugin with this request's environment and stdin."""
-    ipam = req.conf.get("ipam")
-    ipam_type = ipam.get("type", "") if isinstance(ipam, dict) else ""
-    return delegate(str(ipam_type), command or req.command, req.env, req.stdin, req.path)
+    return delegate(req.ipam_type, command or req.command, req.env, req.stdin, req.path)

@@ -13,11 +13,12 @@ import os
 import re
 import time
 
+from . import gojson
 from . import version as versions
 from .errors import CniError, Code
 from .log import log
 from .record import FrozenRecord, Record
-from .types import Result
+from .types import DNS_SCHEMA, Result
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing and dataclasses cost ~9 ms per exec together
@@ -35,6 +36,27 @@ _REQUIRED_ENV = {
 }
 _MIN_VERSION = {"CHECK": "0.4.0", "GC": "1.1.0", "STATUS": "1.1.0"}
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
+
+# libcni's types.NetConf: the keys every plugin's config shares, decoded as Go does (containerd
+# and operators may spell them in any letter case).  Each plugin decodes its own keys with its own
+# schema; these are the ones the skeleton and the shared helpers need.
+GC_ATTACHMENT = gojson.Struct("types.GCAttachment", [
+    gojson.Field("containerID", gojson.STRING, "ContainerID"),
+    gojson.Field("ifname", gojson.STRING, "IfName"),
+])
+NETCONF = gojson.Struct("types.NetConf", [
+    gojson.Field("cniVersion", gojson.STRING, "CNIVersion"),
+    ("name", gojson.STRING),
+    ("type", gojson.STRING),
+    ("capabilities", gojson.Map(gojson.BOOL)),
+    gojson.Field("ipam", gojson.Struct("types.IPAM", [("type", gojson.STRING)]), "IPAM"),
+    gojson.Field("dns", DNS_SCHEMA, "DNS"),
+    ("prevResult", gojson.Map(gojson.ANY)),
+    ("cni.dev/valid-attachments", gojson.List(GC_ATTACHMENT)),
+])
+# What libcni's skeleton itself decodes before calling the plugin: the name, then the version.
+_NAME_ONLY = gojson.Struct("", [("name", gojson.STRING)])
+_VERSION_ONLY = gojson.Struct("", [gojson.Field("cniVersion", gojson.STRING, "CNIVersion")])
 
 
 class Request(Record):
@@ -54,6 +76,7 @@ class Request(Record):
         conf: dict,
         env: Mapping[str, str] | None = None,
         _prev: Any = None,
+        _net: Any = None,
     ) -> None:
         self.command = command
         self.container_id = container_id
@@ -65,6 +88,7 @@ class Request(Record):
         self.conf = conf
         self.env = {} if env is None else env
         self._prev = _prev
+        self._net = _net
 
     def _values(self) -> tuple:
         # The decoded prevResult cache takes part in ==, as it did as a dataclass field, but is
@@ -72,32 +96,36 @@ class Request(Record):
         return super()._values() + (self._prev,)
 
     @property
+    def netconf(self) -> dict:
+        """The shared NetConf keys, decoded with Go's rules (see :data:`NETCONF`)."""
+        if self._net is None:
+            self._net = gojson.decode(self.conf, NETCONF)
+        return self._net
+
+    @property
     def cni_version(self) -> str:
-        return str(self.conf.get("cniVersion") or versions.DEFAULT)
+        """The config's version; a config without one is 0.1.0, as libcni reads it."""
+        try:
+            return gojson.decode(self.conf, _VERSION_ONLY)["cniVersion"] or versions.DEFAULT
+        except CniError as exc:
+            raise CniError(Code.DECODING_FAILURE, f"decoding version from network config: {exc.msg}") from None
 
     @property
     def network_name(self) -> str:
-        return str(self.conf.get("name", ""))
+        return gojson.decode(self.conf, _NAME_ONLY)["name"]
 
     @property
-    def runtime_config(self) -> dict:
-        value = self.conf.get("runtimeConfig")
-        return value if isinstance(value, dict) else {}
-
-    @property
-    def args_cni(self) -> dict:
-        args = self.conf.get("args")
-        cni = args.get("cni") if isinstance(args, dict) else None
-        return cni if isinstance(cni, dict) else {}
+    def ipam_type(self) -> str:
+        return self.netconf["ipam"]["type"]
 
     @property
     def prev_result(self) -> Optional[Result]:
         """``prevResult`` decoded (any version) into the 1.x shape, or None when absent."""
         if self._prev is None:
-            raw = self.conf.get("prevResult")
-            if not raw:
+            raw = self.netconf["prevResult"]
+            if raw is None:
                 return None
-            self._prev = parse_prev_result(raw, self.cni_version)
+            self._prev = parse_prev_result(raw, self.netconf["cniVersion"])
         return self._prev
 
     def require_prev_result(self, message: str = "must be called as chained plugin") -> Result:
@@ -107,20 +135,31 @@ class Request(Record):
         return prev
 
     def valid_attachments(self) -> list[tuple[str, str]]:
-        """GC's ``cni.dev/valid-attachments`` as (containerID, ifname) pairs."""
-        raw = self.conf.get("cni.dev/valid-attachments") or self.conf.get("cni.dev/attachments") or []
-        out = []
-        if isinstance(raw, list):
-            for item in raw:
-                if isinstance(item, dict) and item.get("containerID"):
-                    out.append((str(item["containerID"]), str(item.get("ifname", ""))))
-        return out
+        """GC's ``cni.dev/valid-attachments`` as (containerID, ifname) pairs.
+
+        The key the spec-v1.1.0 text used, ``cni.dev/attachments``, is honoured when the current
+        one is absent.
+        """
+        items = self.netconf["cni.dev/valid-attachments"]
+        if items is None:
+            items = gojson.decode(self.conf, _OLD_ATTACHMENTS)["cni.dev/attachments"] or []
+        return [(a["containerID"], a["ifname"]) for a in items if a["containerID"]]
 
 
-def parse_prev_result(raw: Any, conf_version: str) -> Result:
-    if not isinstance(raw, dict):
-        raise CniError(Code.DECODING_FAILURE, "could not parse prevResult: not a JSON object")
-    ver = str(raw.get("cniVersion") or conf_version)
+# cnichain's own optional per-network log file (see .log); not a reference key.
+_LOG_ONLY = gojson.Struct("", [("log", gojson.ANY)])
+_OLD_ATTACHMENTS = gojson.Struct("", [("cni.dev/attachments", gojson.List(GC_ATTACHMENT))])
+
+
+def parse_prev_result(raw: dict, conf_version: str) -> Result:
+    """libcni's ``ParsePrevResult``: the result is read as the *config's* version.
+
+    A config without ``cniVersion`` cannot carry a prevResult (libcni looks up a result type for
+    the empty version and finds none); a result without its own version takes the config's.
+    """
+    if not conf_version:
+        raise CniError(Code.DECODING_FAILURE, 'could not parse prevResult: unsupported CNI result version ""')
+    ver = gojson.decode(raw, _VERSION_ONLY)["cniVersion"] or conf_version
     if ver not in versions.ALL:
         raise CniError(
             Code.INCOMPATIBLE_VERSION,
@@ -208,17 +247,21 @@ def validate_ifname(name: str) -> None:
 
 
 def decode_config(stdin: bytes) -> dict:
+    """The network config as JSON, with the checks libcni's skeleton makes before any plugin code."""
     try:
         conf = json.loads(stdin)
     except (ValueError, UnicodeDecodeError) as exc:
         raise CniError(Code.DECODING_FAILURE, f"error unmarshall network config: {exc}") from None
     if not isinstance(conf, dict):
         raise CniError(Code.DECODING_FAILURE, "error unmarshall network config: not a JSON object")
-    name = conf.get("name")
+    try:
+        name = gojson.decode(conf, _NAME_ONLY)["name"]
+    except CniError as exc:
+        raise CniError(Code.DECODING_FAILURE, f"error unmarshall network config: {exc.msg}") from None
     if not name:
         raise CniError(Code.INVALID_NETWORK_CONFIG, "missing network name")
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise CniError(Code.INVALID_NETWORK_CONFIG, "invalid characters found in network name", str(name))
+    if not NAME_RE.match(name):
+        raise CniError(Code.INVALID_NETWORK_CONFIG, "invalid characters found in network name", name)
     return conf
 
 
@@ -276,7 +319,7 @@ def dispatch(plugin: Plugin, env: Mapping[str, str], stdin: bytes, stdout: TextI
         if command not in _REQUIRED_ENV:
             raise CniError(Code.INVALID_ENV, f"unknown CNI_COMMAND: {command}")
         req = build_request(command, env, stdin)
-        log.configure(req.conf.get("log"), plugin.name)
+        log.configure(gojson.decode(req.conf, _LOG_ONLY)["log"], plugin.name)
         check_version(plugin, command, req.cni_version)
         handler = plugin.handler(command)
         result = handler(req) if handler is not None else None

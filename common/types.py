@@ -7,6 +7,7 @@ supported version, so a ``prevResult`` written as 0.2.0 or 1.1.0 comes in as the
 
 from __future__ import annotations
 
+from . import gojson
 from .errors import CniError, Code
 from .record import Record
 from .version import ALL, parse as parse_version
@@ -35,16 +36,15 @@ class Interface(Record):
         self.pci_id = pci_id
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Interface":
-        if not isinstance(d, dict):
-            raise ValueError("interface entry is not an object")
+    def from_decoded(cls, d: dict) -> "Interface":
+        """From a dict decoded with :data:`INTERFACE`."""
         return cls(
-            name=str(d.get("name", "")),
-            mac=str(d.get("mac", "") or ""),
-            sandbox=str(d.get("sandbox", "") or ""),
-            mtu=_opt_int(d.get("mtu")),
-            socket_path=str(d.get("socketPath", "") or ""),
-            pci_id=str(d.get("pciID", "") or ""),
+            name=d["name"],
+            mac=d["mac"],
+            sandbox=d["sandbox"],
+            mtu=d["mtu"] or None,
+            socket_path=d["socketPath"],
+            pci_id=d["pciID"],
         )
 
     def to_dict(self, version: str) -> dict:
@@ -77,15 +77,11 @@ class IPConfig(Record):
         return ip_family(self.address)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "IPConfig":
-        if not isinstance(d, dict) or not d.get("address"):
-            raise ValueError("ips entry needs an address")
-        iface = d.get("interface")
-        return cls(
-            address=str(d["address"]),
-            gateway=str(d.get("gateway", "") or ""),
-            interface=None if iface is None else int(iface),
-        )
+    def from_decoded(cls, d: dict) -> "IPConfig":
+        """From a dict decoded with :data:`IP_CONFIG`."""
+        if d["address"] is None:
+            raise CniError(Code.DECODING_FAILURE, "ips entry needs an address")
+        return cls(address=str(d["address"]), gateway=_ip_text(d["gateway"]), interface=d["interface"])
 
     def to_dict(self, version: str) -> dict:
         out: dict[str, Any] = {}
@@ -125,17 +121,18 @@ class Route(Record):
         return ip_family(self.dst)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Route":
-        if not isinstance(d, dict) or not d.get("dst"):
-            raise ValueError("route entry needs a dst")
+    def from_decoded(cls, d: dict) -> "Route":
+        """From a dict decoded with :data:`ROUTE`."""
+        if d["dst"] is None:
+            raise CniError(Code.DECODING_FAILURE, "route entry needs a dst")
         return cls(
             dst=str(d["dst"]),
-            gw=str(d.get("gw", "") or ""),
-            mtu=_opt_int(d.get("mtu")),
-            advmss=_opt_int(d.get("advmss")),
-            priority=_opt_int(d.get("priority")),
-            table=_opt_int(d.get("table")),
-            scope=_opt_int(d.get("scope")),
+            gw=_ip_text(d["gw"]),
+            mtu=d["mtu"] or None,
+            advmss=d["advmss"] or None,
+            priority=d["priority"] or None,
+            table=d["table"],
+            scope=d["scope"],
         )
 
     def to_dict(self, version: str = "1.1.0") -> dict:
@@ -167,15 +164,16 @@ class DNS(Record):
 
     @classmethod
     def from_dict(cls, d: Any) -> "DNS":
-        if not d:
-            return cls()
-        if not isinstance(d, dict):
-            raise ValueError("dns is not an object")
+        """A raw ``dns`` object (a config's or a result's), decoded as libcni's ``types.DNS``."""
+        return cls.from_decoded(gojson.decode(d, DNS_SCHEMA))
+
+    @classmethod
+    def from_decoded(cls, d: dict) -> "DNS":
         return cls(
-            nameservers=[str(x) for x in d.get("nameservers") or []],
-            domain=str(d.get("domain", "") or ""),
-            search=[str(x) for x in d.get("search") or []],
-            options=[str(x) for x in d.get("options") or []],
+            nameservers=list(d["nameservers"] or ()),
+            domain=d["domain"],
+            search=list(d["search"] or ()),
+            options=list(d["options"] or ()),
         )
 
     def is_empty(self) -> bool:
@@ -219,33 +217,32 @@ class Result(Record):
         """Decode a result written in ``version`` (default: its own ``cniVersion``)."""
         if not isinstance(d, dict):
             raise CniError(Code.DECODING_FAILURE, "result is not a JSON object")
-        version = version or str(d.get("cniVersion") or "0.1.0")
+        if version is None:
+            version = gojson.decode(d, VERSION_ONLY)["cniVersion"] or "0.1.0"
         if version not in ALL:
             raise CniError(Code.INCOMPATIBLE_VERSION, f"unsupported result version {version!r}")
-        try:
-            if parse_version(version) < (0, 3, 0):
-                return cls._from_020(d, version)
-            return cls(
-                cni_version=version,
-                interfaces=[Interface.from_dict(i) for i in d.get("interfaces") or []],
-                ips=[IPConfig.from_dict(i) for i in d.get("ips") or []],
-                routes=[Route.from_dict(r) for r in d.get("routes") or []],
-                dns=DNS.from_dict(d.get("dns")),
-            )
-        except (ValueError, TypeError) as exc:
-            raise CniError(Code.DECODING_FAILURE, f"failed to decode result: {exc}") from None
+        if parse_version(version) < (0, 3, 0):
+            return cls._from_020(gojson.decode(d, RESULT_020), version)
+        r = gojson.decode(d, RESULT)
+        return cls(
+            cni_version=version,
+            interfaces=[Interface.from_decoded(i) for i in r["interfaces"] or ()],
+            ips=[IPConfig.from_decoded(i) for i in r["ips"] or ()],
+            routes=[Route.from_decoded(x) for x in r["routes"] or ()],
+            dns=DNS.from_decoded(r["dns"]),
+        )
 
     @classmethod
-    def _from_020(cls, d: dict, version: str) -> "Result":
-        res = cls(cni_version=version, dns=DNS.from_dict(d.get("dns")))
+    def _from_020(cls, r: dict, version: str) -> "Result":
+        res = cls(cni_version=version, dns=DNS.from_decoded(r["dns"]))
         for key in ("ip4", "ip6"):
-            block = d.get(key)
-            if not block:
+            block = r[key]
+            if block is None:
                 continue
-            if not isinstance(block, dict) or not block.get("ip"):
-                raise ValueError(f"{key} needs an ip")
-            res.ips.append(IPConfig(address=str(block["ip"]), gateway=str(block.get("gateway") or "")))
-            res.routes.extend(Route.from_dict(r) for r in block.get("routes") or [])
+            if block["ip"] is None:
+                raise CniError(Code.DECODING_FAILURE, f"{key} needs an ip")
+            res.ips.append(IPConfig(address=str(block["ip"]), gateway=_ip_text(block["gateway"])))
+            res.routes.extend(Route.from_decoded(x) for x in block["routes"] or ())
         return res
 
     # -- writing ---------------------------------------------------------------------------
@@ -300,7 +297,58 @@ class Result(Record):
         return None
 
 
-def _opt_int(value: Any) -> int | None:
-    if value is None:
-        return None
-    return int(value)
+def _ip_text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+# libcni's result types as Go decodes them (types100 / types040 share these field names).
+INTERFACE = gojson.Struct("types100.Interface", [
+    ("name", gojson.STRING),
+    gojson.Field("mac", gojson.STRING, "Mac"),
+    gojson.Field("mtu", gojson.INT, "Mtu"),
+    ("sandbox", gojson.STRING),
+    ("socketPath", gojson.STRING),
+    gojson.Field("pciID", gojson.STRING, "PciID"),
+])
+_IP_CONFIG_FIELDS = gojson.Struct("types100.ipConfig", [
+    ("interface", gojson.Ptr(gojson.INT)),
+    ("address", gojson.CIDR),
+    ("gateway", gojson.IP),
+])
+_ROUTE_FIELDS = gojson.Struct("types.route", [
+    ("dst", gojson.CIDR),
+    gojson.Field("gw", gojson.IP, "GW"),
+    gojson.Field("mtu", gojson.INT, "MTU"),
+    gojson.Field("advmss", gojson.INT, "AdvMSS"),
+    ("priority", gojson.INT),
+    ("table", gojson.Ptr(gojson.INT)),
+    ("scope", gojson.Ptr(gojson.INT)),
+])
+DNS_SCHEMA = gojson.Struct("types.DNS", [
+    ("nameservers", gojson.List(gojson.STRING)),
+    ("domain", gojson.STRING),
+    ("search", gojson.List(gojson.STRING)),
+    ("options", gojson.List(gojson.STRING)),
+])
+# types.Route and types100.IPConfig decode through their own UnmarshalJSON (see gojson.Custom).
+ROUTE = gojson.Custom(_ROUTE_FIELDS, "types.Route")
+IP_CONFIG = gojson.Custom(_IP_CONFIG_FIELDS, "types100.IPConfig")
+VERSION_ONLY = gojson.Struct("", [gojson.Field("cniVersion", gojson.STRING, "CNIVersion")])
+RESULT = gojson.Struct("types100.Result", [
+    gojson.Field("cniVersion", gojson.STRING, "CNIVersion"),
+    ("interfaces", gojson.List(gojson.Ptr(INTERFACE))),
+    gojson.Field("ips", gojson.List(gojson.Ptr(IP_CONFIG)), "IPs"),
+    ("routes", gojson.List(gojson.Ptr(ROUTE))),
+    gojson.Field("dns", DNS_SCHEMA, "DNS"),
+])
+_IP_CONFIG_020 = gojson.Struct("types020.IPConfig", [
+    gojson.Field("ip", gojson.CIDR, "IP"),
+    ("gateway", gojson.IP),
+    ("routes", gojson.List(ROUTE)),
+])
+RESULT_020 = gojson.Struct("types020.Result", [
+    gojson.Field("cniVersion", gojson.STRING, "CNIVersion"),
+    gojson.Field("ip4", gojson.Ptr(_IP_CONFIG_020), "IP4"),
+    gojson.Field("ip6", gojson.Ptr(_IP_CONFIG_020), "IP6"),
+    gojson.Field("dns", DNS_SCHEMA, "DNS"),
+])

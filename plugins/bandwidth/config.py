@@ -15,15 +15,10 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-from cnichain.common.errors import CniError, plugin_error
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # annotations only: typing/dataclasses cost milliseconds on every exec
-    from typing import Any
+from cnichain.common import gojson
+from cnichain.common.errors import plugin_error
 
 KEYS = ("ingressRate", "ingressBurst", "egressRate", "egressBurst")
-_FOLDED = {k.lower(): k for k in KEYS}
-UINT64_MAX = 2**64 - 1
 UINT32_MAX = 2**32 - 1
 
 IFB_PREFIX = "bwp"
@@ -53,38 +48,15 @@ class BandwidthConfig(namedtuple("BandwidthConfig", "ingress egress source", def
         return self.ingress is not None or self.egress is not None
 
 
-def _uint64(value: Any, field: str) -> int:
-    """A JSON number as Go's decoder accepts it for a uint64 field (null counts as 0)."""
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        kind = "bool" if isinstance(value, bool) else ("array" if isinstance(value, list) else "object")
-        raise _decode_error(f"cannot unmarshal {kind} into Go struct field {field} of type uint64")
-    if isinstance(value, str):
-        raise _decode_error(f"cannot unmarshal string into Go struct field {field} of type uint64")
-    if isinstance(value, float) or not 0 <= value <= UINT64_MAX:
-        raise _decode_error(f"cannot unmarshal number {_num(value)} into Go struct field {field} of type uint64")
-    return int(value)
+_PREFIX = "failed to parse network configuration: "
 
-
-def _num(value: Any) -> str:
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
-        return repr(value)
-    return str(value)
-
-
-def _decode_error(msg: str) -> CniError:
-    return plugin_error(f"failed to parse network configuration: json: {msg}")
-
-
-def _entry(obj: dict, where: str) -> dict[str, int]:
-    """The four keys of one JSON object; later duplicates (in any letter case) win, as in Go."""
-    out: dict[str, int] = {}
-    for key, value in obj.items():
-        canonical = _FOLDED.get(key.lower()) if isinstance(key, str) else None
-        if canonical is not None:
-            out[canonical] = _uint64(value, f"{where}{canonical}")
-    return out
+# The reference's BandwidthEntry, embedded in PluginConf and also the ``bandwidth`` capability
+# (containerd's go-cni sends it as {"IngressRate": ..., "IngressBurst": ...}).
+BANDWIDTH_ENTRY = gojson.Struct("main.BandwidthEntry", [(key, gojson.UINT64) for key in KEYS])
+SCHEMA = gojson.Struct("main.PluginConf", [
+    *((key, gojson.UINT64) for key in KEYS),
+    ("runtimeConfig", gojson.Struct("", [("bandwidth", gojson.Ptr(BANDWIDTH_ENTRY))])),
+])
 
 
 def _validate(rate: int, burst: int) -> None:
@@ -98,24 +70,17 @@ def _validate(rate: int, burst: int) -> None:
 
 def parse_config(conf: dict) -> BandwidthConfig:
     """The effective limits of a network config, validated with the reference's messages."""
-    top = _entry(conf, "PluginConf.")
-    if top:
-        values, source = top, "config"
+    d = gojson.decode(conf, SCHEMA, _PREFIX)
+    # The four top-level keys fill an embedded *BandwidthEntry, which Go allocates as soon as one
+    # of them appears (in any letter case, even as null): then the runtime's values are ignored.
+    if any(BANDWIDTH_ENTRY.field(key) is not None for key in conf if isinstance(key, str)):
+        values, source = d, "config"
+    elif d["runtimeConfig"]["bandwidth"] is not None:
+        values, source = d["runtimeConfig"]["bandwidth"], "runtimeConfig"
     else:
-        values, source = {}, ""
-        runtime = conf.get("runtimeConfig")
-        if runtime is not None and not isinstance(runtime, dict):
-            raise _decode_error("cannot unmarshal runtimeConfig into Go struct field PluginConf.runtimeConfig")
-        raw = (runtime or {}).get("bandwidth")
-        if raw is not None:
-            if not isinstance(raw, dict):
-                raise _decode_error(
-                    "cannot unmarshal runtimeConfig.bandwidth into Go struct field "
-                    ".runtimeConfig.bandwidth of type main.BandwidthEntry"
-                )
-            values, source = _entry(raw, "BandwidthEntry."), "runtimeConfig"
-    ingress_rate, ingress_burst = values.get("ingressRate", 0), values.get("ingressBurst", 0)
-    egress_rate, egress_burst = values.get("egressRate", 0), values.get("egressBurst", 0)
+        values, source = BANDWIDTH_ENTRY.zero_value(), ""
+    ingress_rate, ingress_burst = values["ingressRate"], values["ingressBurst"]
+    egress_rate, egress_burst = values["egressRate"], values["egressBurst"]
     _validate(ingress_rate, ingress_burst)
     _validate(egress_rate, egress_burst)
     return BandwidthConfig(

@@ -28,10 +28,9 @@ if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec
 def check(req: Request, cfg: BridgeConfig) -> None:
     if cfg.is_layer3:
         delegate_ipam(req, "CHECK")
-    if not req.conf.get("prevResult"):
-        raise plugin_error("Required prevResult missing")
     prev = req.prev_result
-    assert prev is not None
+    if prev is None:
+        raise plugin_error("Required prevResult missing")
     from cnichain.common.netlink import session
 
     with session() as host, session(req.netns) as pod:

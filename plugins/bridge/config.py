@@ -1,18 +1,24 @@
 """bridge network config: parse and validate into a frozen record before anything touches the kernel.
 
-Keys, defaults and error texts follow the reference bridge plugin (plugins-and-spec.md section 6.1),
-including Go's JSON type errors, so a config that the reference rejects is rejected here with the
-same message.  Unknown keys are ignored, as the reference does (minikube sends ``"addIf": "true"``).
-Values that end up in kernel object names or ``/proc/sys`` paths (bridge name, MAC) are checked here.
+Keys, defaults and error texts follow the reference bridge plugin (plugins-and-spec.md section 6.1).
+The decoding is :mod:`cnichain.common.gojson` driven by :data:`SCHEMA`, a copy of the reference's
+``NetConf`` (libcni's ``types.NetConf`` embedded): keys match case-insensitively (``IsGateway``,
+``IPMasq``), ``null`` leaves the default, and a wrong JSON type fails with Go's text, so a config
+the reference rejects is rejected here with the same message.  Unknown keys are ignored, as the
+reference does (minikube sends ``"addIf": "true"``).  Values that end up in kernel object names or
+``/proc/sys`` paths (bridge name, MAC) are checked here.
 """
 
 from __future__ import annotations
 
 import re
 
+from cnichain.common import gojson
 from cnichain.common.cniargs import parse_cni_args
 from cnichain.common.errors import plugin_error
 from cnichain.common.record import FrozenRecord
+from cnichain.common.skel import NETCONF
+from cnichain.common.types import DNS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing and dataclasses cost ~10 ms per exec together
@@ -20,7 +26,46 @@ if TYPE_CHECKING:  # annotations only: typing and dataclasses cost ~10 ms per ex
 
 DEFAULT_BRIDGE = "cni0"
 _MAC_RE = re.compile(r"^[0-9a-fA-F]{2}([:-])[0-9a-fA-F]{2}(\1[0-9a-fA-F]{2}){4}$")
-_BOOL_KEYS = {
+_PREFIX = "failed to load netconf: "
+
+VLAN_TRUNK = gojson.Struct("main.VlanTrunk", [
+    gojson.Field("minID", gojson.Ptr(gojson.INT), "MinID"),
+    gojson.Field("maxID", gojson.Ptr(gojson.INT), "MaxID"),
+    gojson.Field("id", gojson.Ptr(gojson.INT), "ID"),
+])
+BRIDGE_ARGS = gojson.Struct("main.BridgeArgs", [gojson.Field("mac", gojson.STRING, "Mac")])
+# The reference's NetConf with libcni's types.NetConf embedded (its fields are promoted, so type
+# errors name NetConf for them too).  go-cni would send the mac capability as {"mac": ...}; Go
+# field casing (IsGW's json name is still "isGateway", matched case-insensitively) is accepted.
+SCHEMA = gojson.Struct("main.NetConf", [
+    *NETCONF.fields,
+    gojson.Field("bridge", gojson.STRING, "BrName"),
+    gojson.Field("isGateway", gojson.BOOL, "IsGW"),
+    gojson.Field("isDefaultGateway", gojson.BOOL, "IsDefaultGW"),
+    ("forceAddress", gojson.BOOL),
+    gojson.Field("ipMasq", gojson.BOOL, "IPMasq"),
+    gojson.Field("ipMasqBackend", gojson.Ptr(gojson.STRING), "IPMasqBackend"),
+    gojson.Field("mtu", gojson.INT, "MTU"),
+    ("hairpinMode", gojson.BOOL),
+    ("promiscMode", gojson.BOOL),
+    ("vlan", gojson.INT),
+    ("vlanTrunk", gojson.List(gojson.Ptr(VLAN_TRUNK))),
+    ("preserveDefaultVlan", gojson.BOOL),
+    gojson.Field("macspoofchk", gojson.BOOL, "MacSpoofChk"),
+    gojson.Field("enabledad", gojson.BOOL, "EnableDad"),
+    ("disableContainerInterface", gojson.BOOL),
+    ("portIsolation", gojson.BOOL),
+    ("args", gojson.Struct(
+        'struct { Cni main.BridgeArgs "json:\\"cni,omitempty\\"" }',
+        [gojson.Field("cni", BRIDGE_ARGS, "Cni")],
+    )),
+    ("runtimeConfig", gojson.Struct(
+        'struct { Mac string "json:\\"mac,omitempty\\"" }',
+        [gojson.Field("mac", gojson.STRING, "Mac")],
+    )),
+])
+# Decoded bool key -> BridgeConfig attribute.
+_BOOLS = {
     "isGateway": "is_gateway",
     "isDefaultGateway": "is_default_gateway",
     "forceAddress": "force_address",
@@ -62,7 +107,7 @@ class BridgeConfig(FrozenRecord):
     vlan: int
     vlan_trunk: tuple[int, ...]
     ipam_type: str
-    dns: dict
+    dns: DNS
     mac: str
 
     def __init__(
@@ -85,14 +130,14 @@ class BridgeConfig(FrozenRecord):
         vlan: int = 0,
         vlan_trunk: tuple[int, ...] = (),
         ipam_type: str = "",
-        dns: Optional[dict] = None,
+        dns: Optional[DNS] = None,
         mac: str = "",
     ) -> None:
         self._assign(
             network, cni_version, bridge, is_gateway, is_default_gateway, force_address, ip_masq,
             hairpin_mode, promisc_mode, preserve_default_vlan, macspoofchk, enable_dad,
             disable_container_interface, port_isolation, mtu, vlan, vlan_trunk, ipam_type,
-            {} if dns is None else dns, mac,
+            DNS() if dns is None else dns, mac,
         )
 
     @property
@@ -104,53 +149,8 @@ class BridgeConfig(FrozenRecord):
         return bool(self.vlan or self.vlan_trunk)
 
 
-def _json_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return f"number {value}" if not isinstance(value, bool) else "bool"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
 def _fail(msg: str):
-    return plugin_error(f"failed to load netconf: {msg}")
-
-
-def _type_error(value: Any, key: str, go_type: str):
-    return _fail(f"json: cannot unmarshal {_json_kind(value)} into Go struct field NetConf.{key} of type {go_type}")
-
-
-def _bool(conf: dict, key: str) -> bool:
-    value = conf.get(key)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise _type_error(value, key, "bool")
-    return value
-
-
-def _int(conf: dict, key: str) -> int:
-    value = conf.get(key)
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-        raise _type_error(value, key, "int")
-    return int(value)
-
-
-def _str(conf: dict, key: str, default: str = "") -> str:
-    value = conf.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, str):
-        raise _type_error(value, key, "string")
-    return value
+    return plugin_error(f"{_PREFIX}{msg}")
 
 
 def validate_link_name(name: str, what: str) -> str:
@@ -167,19 +167,13 @@ def parse_mac(value: str) -> str:
     return value.replace("-", ":").lower()
 
 
-def _trunk(raw: Any) -> tuple[int, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise _type_error(raw, "vlanTrunk", "[]*bridge.VlanTrunk")
+def _trunk(entries: Optional[list]) -> tuple[int, ...]:
+    """Go's ``collectVlanTrunk``: every VID of the decoded ``vlanTrunk`` entries, sorted, once."""
     vids: list[int] = []
-    for item in raw:
-        if not isinstance(item, dict):
-            raise _type_error(item, "vlanTrunk", "bridge.VlanTrunk")
-        vid, lo, hi = item.get("id"), item.get("minID"), item.get("maxID")
-        for key, v in (("id", vid), ("minID", lo), ("maxID", hi)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-                raise _type_error(v, f"vlanTrunk.{key}", "int")
+    for item in entries or ():
+        if item is None:
+            continue
+        vid, lo, hi = item["id"], item["minID"], item["maxID"]
         if vid is not None:
             if not 0 < vid <= 4094:
                 raise plugin_error("incorrect trunk id parameter")
@@ -199,45 +193,33 @@ def _trunk(raw: Any) -> tuple[int, ...]:
     return tuple(sorted(set(vids)))
 
 
-def _mac_from_request(conf: dict, cni_args: str) -> str:
+def _mac_from_request(d: dict, cni_args: str) -> str:
     """Container MAC with the reference precedence: CNI_ARGS < args.cni.mac < runtimeConfig.mac."""
     mac = ""
     if cni_args:
         mac = parse_cni_args(cni_args, {"MAC"}).get("MAC", "")
-    args = conf.get("args")
-    cni = args.get("cni") if isinstance(args, dict) else None
-    if isinstance(cni, dict) and isinstance(cni.get("mac"), str) and cni["mac"]:
-        mac = cni["mac"]
-    runtime = conf.get("runtimeConfig")
-    if isinstance(runtime, dict) and isinstance(runtime.get("mac"), str) and runtime["mac"]:
-        mac = runtime["mac"]
+    mac = d["args"]["cni"]["mac"] or mac
+    mac = d["runtimeConfig"]["mac"] or mac
     return parse_mac(mac) if mac else ""
 
 
 def load_config(conf: dict, cni_args: str = "", *, with_mac: bool = True) -> BridgeConfig:
     """Validate the whole network config (stdin) of a bridge invocation."""
-    values: dict[str, Any] = {attr: _bool(conf, key) for key, attr in _BOOL_KEYS.items()}
-    bridge = _str(conf, "bridge", DEFAULT_BRIDGE) or DEFAULT_BRIDGE
+    d = gojson.decode(conf, SCHEMA, _PREFIX)
+    values: dict[str, Any] = {attr: d[key] for key, attr in _BOOLS.items()}
+    bridge = d["bridge"] or DEFAULT_BRIDGE
     validate_link_name(bridge, "bridge")
-    mtu = _int(conf, "mtu")
+    mtu = d["mtu"]
     if mtu < 0 or mtu > 65535:
         raise _fail(f"invalid MTU {mtu}")
-    vlan = _int(conf, "vlan")
+    vlan = d["vlan"]
     if vlan < 0 or vlan > 4094:
         raise plugin_error(f"invalid VLAN ID {vlan} (must be between 0 and 4094)")
-    trunk = _trunk(conf.get("vlanTrunk"))
-    backend = _str(conf, "ipMasqBackend")
+    trunk = _trunk(d["vlanTrunk"])
+    backend = d["ipMasqBackend"] or ""
     if backend not in ("", "iptables", "nftables"):
         raise plugin_error(f'unknown ipmasq backend "{backend}"')
-    ipam = conf.get("ipam")
-    if ipam is not None and not isinstance(ipam, dict):
-        raise _type_error(ipam, "ipam", "types.IPAM")
-    ipam_type = ipam.get("type", "") if isinstance(ipam, dict) else ""
-    if not isinstance(ipam_type, str):
-        raise _type_error(ipam_type, "ipam.type", "string")
-    dns = conf.get("dns")
-    if dns is not None and not isinstance(dns, dict):
-        raise _type_error(dns, "dns", "types.DNS")
+    ipam_type = d["ipam"]["type"]
     if values["is_default_gateway"]:
         values["is_gateway"] = True
     if values["hairpin_mode"] and values["promisc_mode"]:
@@ -248,20 +230,14 @@ def load_config(conf: dict, cni_args: str = "", *, with_mac: bool = True) -> Bri
         # The reference puts the gateway on an extra "<bridge>.<vlan>" veth; not implemented here.
         raise plugin_error("isGateway together with vlan is not supported by this bridge plugin")
     return BridgeConfig(
-        network=str(conf.get("name", "")),
-        cni_version=str(conf.get("cniVersion") or "0.1.0"),
+        network=d["name"],
+        cni_version=d["cniVersion"] or "0.1.0",
         bridge=bridge,
         mtu=mtu,
         vlan=vlan,
         vlan_trunk=trunk,
         ipam_type=ipam_type,
-        dns=dict(dns or {}),
-        mac=_mac_from_request(conf, cni_args) if with_mac else "",
+        dns=DNS.from_decoded(d["dns"]),
+        mac=_mac_from_request(d, cni_args) if with_mac else "",
         **values,
     )
-
-
-def ipam_type_of(conf: dict) -> Optional[str]:
-    ipam = conf.get("ipam")
-    value = ipam.get("type") if isinstance(ipam, dict) else None
-    return value if isinstance(value, str) and value else None

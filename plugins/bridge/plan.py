@@ -129,7 +129,4 @@ def _is_default(dst: str, fam: int) -> bool:
 
 def result_dns(cfg: BridgeConfig, ipam: Result):
     """Config ``dns`` wins when it says anything; otherwise IPAM's (reference v1.2.0+)."""
-    from cnichain.common.types import DNS
-
-    conf_dns = DNS.from_dict(cfg.dns)
-    return ipam.dns if conf_dns.is_empty() else conf_dns
+    return ipam.dns if cfg.dns.is_empty() else cfg.dns

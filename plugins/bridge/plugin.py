@@ -114,10 +114,8 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
         result.ips, result.routes, result.dns = plan.ips, plan.routes, result_dns(cfg, ipam)
     elif not cfg.disable_container_interface:
         kernel.set_up(pod, container_index, req.ifname)
-    if not cfg.is_layer3 and cfg.dns:
-        from cnichain.common.types import DNS
-
-        result.dns = DNS.from_dict(cfg.dns)
+    if not cfg.is_layer3 and not cfg.dns.is_empty():
+        result.dns = cfg.dns
 
     veth_now = None
     if not cfg.disable_container_interface:

@@ -1,11 +1,12 @@
 """host-local's IPAM configuration: parsing and validation, with the reference's error texts.
 
-The reference decodes the whole network config with Go's ``encoding/json`` into typed structs and
-then canonicalises every range.  Runtimes and operators match on its error strings, so this module
-reproduces them word for word (``invalid range set 0: Network has host bits set...``).  Two Go
-decoding traits matter for drop-in compatibility and are mirrored here through
-:mod:`cnichain.common.gojson`: object keys match struct fields case-insensitively, and a JSON
-``null`` leaves a field at its zero value.
+The reference decodes the whole network config with Go's ``encoding/json`` into
+``allocator.Net`` and then canonicalises every range.  Runtimes and operators match on its error
+strings, so this module reproduces them word for word (``invalid range set 0: Network has host
+bits set...``).  The decoding itself is :mod:`cnichain.common.gojson` driven by :data:`SCHEMA`, a
+copy of the reference's structs: keys match case-insensitively (containerd's go-cni sends
+``ipRanges`` as ``[[{"Subnet": ..., "RangeStart": ""}]]``), ``""`` leaves a ``net.IP`` unset,
+``null`` leaves a field at its zero value, and a wrong JSON type fails with Go's text.
 
 Everything here is pure: no files are read (``resolvConf`` is read by the plugin at ADD time).
 The records are :mod:`cnichain.common.record` classes rather than dataclasses, and ``typing`` is
@@ -21,12 +22,12 @@ from cnichain.common import gojson
 from cnichain.common.cniargs import parse_cni_args
 from cnichain.common.errors import plugin_error
 from cnichain.common.record import FrozenRecord
-from cnichain.common.types import Route
+from cnichain.common.types import ROUTE, Route
 from cnichain.common.version import parse as parse_version
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
-    from typing import Any, Callable, Iterable, Optional, Union
+    from typing import Any, Iterable, Optional, Union
 
     IP = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
     Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
@@ -83,11 +84,6 @@ def parse_ip_or_cidr(text: Any) -> Optional[IP]:
         parsed = parse_cidr(text)
         return parsed[0] if parsed else None
     return parse_ip(text)
-
-
-def go_ip_str(ip: Optional[IP]) -> str:
-    """``net.IP.String()``: IPv6 compressed as RFC 5952; a missing address prints ``<nil>``."""
-    return "<nil>" if ip is None else str(ip)
 
 
 # -- typed configuration ---------------------------------------------------------------------
@@ -184,26 +180,69 @@ class IpamConfig(FrozenRecord):
         self._assign(name, cni_version, ranges, routes, data_dir, resolv_conf, requested_ips)
 
 
-def _json_text(value: Any, where: str, go_type: str, parse: Callable[[str], Any], what: str) -> Any:
-    """A field Go decodes from text with ``UnmarshalText``: None when absent, the parsed value, or
-    ``invalid <what>: X``."""
-    if value is None:
-        return None
-    gojson.want_str(value, where, go_type)
-    parsed = parse(value)
-    if parsed is None:
-        raise plugin_error(f"invalid {what}: {value}")
-    return parsed
+# -- the reference's structs, as Go decodes them ---------------------------------------------
 
 
-def _json_ip(value: Any, where: str) -> Optional[IP]:
-    """A ``net.IP`` field: text, or ``invalid IP address: X``."""
-    return _json_text(value, where, "net.IP", parse_ip, "IP address")
+class _PkgIP(gojson.GoType):
+    """The plugins repo's ``ip.IP`` (requested addresses): ``10.1.2.3`` or ``10.1.2.3/24``.
+
+    Its ``UnmarshalText`` fails as ``invalid IP address X`` (no colon, unlike ``net.IP``) and turns
+    an empty string into an empty IP, which ``LoadIPAMConfig`` later rejects as ``cannot understand
+    ip: IP <nil> not v4 nor v6``; that empty IP decodes to ``""`` here.
+    """
+
+    __slots__ = ()
+    nilable = True
+    text = True
+
+    def decode(self, value: Any, ctx: Any, current: Any = None) -> Any:
+        if not isinstance(value, str):
+            return self.skip(value, ctx, current)
+        if value == "":
+            return ""
+        ip = parse_ip_or_cidr(value)
+        if ip is None:
+            raise ctx.text_error(f"invalid IP address {value}")
+        return ip
 
 
-def _json_cidr(value: Any, where: str) -> Optional[tuple[IP, int, int]]:
-    """A ``types.IPNet`` field: CIDR text, or ``invalid CIDR address: X``."""
-    return _json_text(value, where, "types.IPNet", parse_cidr, "CIDR address")
+PKG_IP = _PkgIP("ip.IP")
+IPS = gojson.List(gojson.Ptr(PKG_IP))  # []*ip.IP
+
+# allocator.Range; containerd's go-cni sends it as {"Subnet": ..., "RangeStart": "", ...}.
+_RANGE_FIELDS = [
+    gojson.Field("rangeStart", gojson.IP, "RangeStart"),
+    gojson.Field("rangeEnd", gojson.IP, "RangeEnd"),
+    gojson.Field("subnet", gojson.CIDR, "Subnet"),
+    gojson.Field("gateway", gojson.IP, "Gateway"),
+]
+RANGE = gojson.Struct("allocator.Range", _RANGE_FIELDS)
+RANGE_SETS = gojson.List(gojson.List(RANGE, "allocator.RangeSet"), "[]allocator.RangeSet")
+IPAM_ARGS = gojson.Struct("allocator.IPAMArgs", [gojson.Field("ips", IPS, "IPs")])
+# IPAMConfig embeds *Range, whose fields are promoted: the legacy single range at the top of "ipam".
+IPAM_CONFIG = gojson.Struct("allocator.IPAMConfig", [
+    *_RANGE_FIELDS,
+    gojson.Field("Name", gojson.STRING, "Name"),  # no json tag; overwritten by the network's name
+    ("type", gojson.STRING),
+    ("routes", gojson.List(gojson.Ptr(ROUTE))),
+    ("dataDir", gojson.STRING),
+    ("resolvConf", gojson.STRING),
+    ("ranges", RANGE_SETS),
+])
+SCHEMA = gojson.Struct("allocator.Net", [
+    ("name", gojson.STRING),
+    gojson.Field("cniVersion", gojson.STRING, "CNIVersion"),
+    gojson.Field("ipam", gojson.Ptr(IPAM_CONFIG), "IPAM"),
+    gojson.Field("runtimeConfig", gojson.Struct(
+        'struct { IPRanges []allocator.RangeSet "json:\\"ipRanges,omitempty\\""; '
+        'IPs []*ip.IP "json:\\"ips,omitempty\\"" }',
+        [gojson.Field("ipRanges", RANGE_SETS, "IPRanges"), gojson.Field("ips", IPS, "IPs")],
+    ), "RuntimeConfig"),
+    gojson.Field("args", gojson.Ptr(gojson.Struct(
+        'struct { A *allocator.IPAMArgs "json:\\"cni\\"" }',
+        [gojson.Field("cni", gojson.Ptr(IPAM_ARGS), "A")],
+    )), "Args"),
+])
 
 
 # -- ranges -----------------------------------------------------------------------------------
@@ -227,25 +266,19 @@ class RawRange(FrozenRecord):
     ) -> None:
         self._assign(subnet, start, end, gateway)
 
+    @classmethod
+    def from_decoded(cls, d: dict) -> "RawRange":
+        """From a dict decoded with :data:`RANGE` (or the range fields of :data:`IPAM_CONFIG`).
 
-def _raw_range(obj: Any, where: str) -> RawRange:
-    gojson.want_object(obj, where, "allocator.Range")
-    obj = obj or {}
-    return RawRange(
-        subnet=_json_cidr(gojson.get(obj, "subnet"), f"{where}.subnet"),
-        start=_json_ip(gojson.get(obj, "rangeStart"), f"{where}.rangeStart"),
-        end=_json_ip(gojson.get(obj, "rangeEnd"), f"{where}.rangeEnd"),
-        gateway=_json_ip(gojson.get(obj, "gateway"), f"{where}.gateway"),
-    )
-
-
-def _raw_range_sets(value: Any, where: str) -> list[list[RawRange]]:
-    gojson.want_list(value, where, "[]allocator.RangeSet")
-    out = []
-    for item in value or []:
-        gojson.want_list(item, where, "allocator.RangeSet")
-        out.append([_raw_range(r, f"Range.{where.split('.', 1)[-1]}") for r in item or []])
-    return out
+        The subnet becomes (canonical address, prefix, bits of the written family): the width of
+        the mask as written (128 for ``::ffff:10.0.0.0/120``), which the reference compares with
+        the canonical address to report a version mismatch.
+        """
+        iface = d["subnet"]
+        subnet = None
+        if iface is not None:
+            subnet = (canonical_ip(iface.ip), iface.network.prefixlen, iface.max_prefixlen)
+        return cls(subnet, d["rangeStart"], d["rangeEnd"], d["gateway"])
 
 
 def _last_ip(net: Network) -> IP:
@@ -318,7 +351,7 @@ def canonicalize_range_set(raws: list[RawRange]) -> RangeSet:
 # -- requested addresses ----------------------------------------------------------------------
 
 
-def _requested_ips(conf: dict, cni_args: str) -> list[IP]:
+def _requested_ips(d: dict, cni_args: str) -> list[IP]:
     """CNI_ARGS ``IP=``, then ``args.cni.ips``, then ``runtimeConfig.ips``: the reference's order."""
     out: list[IP] = []
     if cni_args:
@@ -330,47 +363,30 @@ def _requested_ips(conf: dict, cni_args: str) -> list[IP]:
                     f'ARGS: error parsing value of pair "IP={env["IP"]}": invalid IP address {env["IP"]}'
                 )
             out.append(ip)
-    args = gojson.want_object(gojson.get(conf, "args"), "Net.args", "struct")
-    cni = gojson.want_object(gojson.get(args, "cni"), "Net.args.cni", "allocator.IPAMArgs") if args else None
-    sources = [(gojson.get(cni, "ips") if cni else None, "IPAMArgs.args.cni.ips")]
-    runtime = gojson.want_object(gojson.get(conf, "runtimeConfig"), "Net.runtimeConfig", "struct")
-    sources.append((gojson.get(runtime, "ips") if runtime else None, "Net.runtimeConfig.ips"))
-    for value, where in sources:
-        gojson.want_list(value, where, "[]*ip.IP")
-        for item in value or []:
-            if item is None:
+    args = d["args"]
+    cni = args["cni"] if args is not None else None
+    for value in (cni["ips"] if cni is not None else None, d["runtimeConfig"]["ips"]):
+        for item in value or ():
+            if item is None:  # a null *ip.IP: the reference dereferences it and panics
                 continue
-            gojson.want_str(item, where, "ip.IP")
-            ip = parse_ip_or_cidr(item)
-            if ip is None:
-                raise plugin_error(f"invalid IP address {item}")
-            out.append(ip)
+            if item == "":
+                raise plugin_error("cannot understand ip: IP <nil> not v4 nor v6")
+            out.append(item)
     return out
 
 
 # -- routes -----------------------------------------------------------------------------------
 
 
-def _routes(value: Any) -> tuple[Route, ...]:
-    gojson.want_list(value, "IPAMConfig.ipam.routes", "[]*types.Route")
+def _routes(value: Optional[list]) -> tuple[Route, ...]:
     out = []
-    for item in value or []:
+    for item in value or ():
         if item is None:
             continue
-        where = "Route.ipam.routes"
-        gojson.want_object(item, where, "types.Route")
-        dst = _json_cidr(gojson.get(item, "dst"), f"{where}.dst")
-        if dst is None:
+        if item["dst"] is None:
+            # The reference copies a route without "dst" into the result as "<nil>".
             raise plugin_error('route is missing "dst"')
-        gw = _json_ip(gojson.get(item, "gw"), f"{where}.gw")
-        nums = {}
-        for key in ("mtu", "advmss", "priority", "table", "scope"):
-            v = gojson.get(item, key)
-            if v is not None:
-                if not isinstance(v, int) or isinstance(v, bool):
-                    raise gojson.type_error(v, f"{where}.{key}", "int")
-                nums[key] = v
-        out.append(Route(dst=f"{dst[0]}/{dst[1]}", gw="" if gw is None else str(gw), **nums))
+        out.append(Route.from_decoded(item))
     return tuple(out)
 
 
@@ -379,23 +395,19 @@ def _routes(value: Any) -> tuple[Route, ...]:
 
 def load_ipam_config(conf: dict, cni_args: str = "") -> IpamConfig:
     """Go's ``allocator.LoadIPAMConfig``: the full network config in, a validated config out."""
-    ipam = gojson.get(conf, "ipam")
+    d = gojson.decode(conf, SCHEMA)
+    ipam = d["ipam"]
     if ipam is None:
         raise plugin_error("IPAM config missing 'ipam' key")
-    gojson.want_object(ipam, "Net.ipam", "allocator.IPAMConfig")
 
-    requested = _requested_ips(conf, cni_args)
+    requested = _requested_ips(d, cni_args)
 
     raw_sets: list[list[RawRange]] = []
-    runtime = gojson.get(conf, "runtimeConfig") or {}
-    raw_sets.extend(_raw_range_sets(gojson.get(runtime, "ipRanges"), "Net.runtimeConfig.ipRanges"))
-    legacy = _raw_range(
-        {k: gojson.get(ipam, k) for k in ("subnet", "rangeStart", "rangeEnd", "gateway")},
-        "IPAMConfig.ipam",
-    )
+    raw_sets.extend([RawRange.from_decoded(r) for r in rs or ()] for rs in d["runtimeConfig"]["ipRanges"] or ())
+    legacy = RawRange.from_decoded(ipam)
     if legacy.subnet is not None:
         raw_sets.append([legacy])
-    raw_sets.extend(_raw_range_sets(gojson.get(ipam, "ranges"), "IPAMConfig.ipam.ranges"))
+    raw_sets.extend([RawRange.from_decoded(r) for r in rs or ()] for rs in ipam["ranges"] or ())
     if not raw_sets:
         raise plugin_error("no IP ranges specified")
 
@@ -407,8 +419,7 @@ def load_ipam_config(conf: dict, cni_args: str = "") -> IpamConfig:
             msg = getattr(exc, "msg", str(exc))
             raise plugin_error(f"invalid range set {i}: {msg}") from None
 
-    raw_version = conf.get("cniVersion")
-    version_text = raw_version if isinstance(raw_version, str) else ""
+    version_text = d["cniVersion"]
     if _count_per_family(sets) > 1 and not _at_least_030(version_text):
         raise plugin_error(
             f"CNI version {version_text} does not support more than 1 address per family"
@@ -419,15 +430,13 @@ def load_ipam_config(conf: dict, cni_args: str = "") -> IpamConfig:
             if s1.overlaps(sets[j]):
                 raise plugin_error(f"range set {i} overlaps with {j}")
 
-    data_dir = gojson.want_str(gojson.get(ipam, "dataDir"), "IPAMConfig.ipam.dataDir") or ""
-    resolv = gojson.want_str(gojson.get(ipam, "resolvConf"), "IPAMConfig.ipam.resolvConf") or ""
     return IpamConfig(
-        name=str(conf.get("name", "")),
+        name=d["name"],
         cni_version=version_text,
         ranges=tuple(sets),
-        routes=_routes(gojson.get(ipam, "routes")),
-        data_dir=data_dir or DEFAULT_DATA_DIR,
-        resolv_conf=resolv,
+        routes=_routes(ipam["routes"]),
+        data_dir=ipam["dataDir"] or DEFAULT_DATA_DIR,
+        resolv_conf=ipam["resolvConf"],
         requested_ips=tuple(requested),
     )
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from cnichain.common.errors import plugin_error
+from cnichain.common import gojson
+from cnichain.common.errors import CniError, plugin_error
 from cnichain.common.record import FrozenRecord
 
 TYPE_CHECKING = False
@@ -93,28 +94,32 @@ class PortmapConfig(FrozenRecord):
         return out
 
 
-def _bool(conf: dict, key: str, default: bool) -> bool:
-    value = conf.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise plugin_error(f"failed to parse config: {key} must be a boolean, got {value!r}")
-    return value
+_PREFIX = "failed to parse config: failed to parse network configuration: "
+
+# The reference's PortMapConf and PortMapEntry, as Go decodes them (see common/gojson.py): a
+# containerd pod's mappings arrive as {"HostPort": 8080, "ContainerPort": 80, "HostIP": ""}.
+PORT_MAPPING = gojson.Struct("main.PortMapEntry", [
+    ("hostPort", gojson.INT),
+    ("containerPort", gojson.INT),
+    ("protocol", gojson.STRING),
+    gojson.Field("hostIP", gojson.STRING, "HostIP"),
+])
+SCHEMA = gojson.Struct("main.PortMapConf", [
+    gojson.Field("snat", gojson.Ptr(gojson.BOOL), "SNAT"),
+    gojson.Field("conditionsV4", gojson.Ptr(gojson.List(gojson.STRING))),
+    gojson.Field("conditionsV6", gojson.Ptr(gojson.List(gojson.STRING))),
+    ("masqAll", gojson.BOOL),
+    ("markMasqBit", gojson.Ptr(gojson.INT)),
+    ("externalSetMarkChain", gojson.Ptr(gojson.STRING)),
+    ("backend", gojson.Ptr(gojson.STRING)),
+    ("runtimeConfig", gojson.Struct("", [
+        ("portMappings", gojson.List(PORT_MAPPING)),
+    ])),
+])
 
 
-def _int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-        raise plugin_error(f"failed to parse config: {what} must be an integer, got {value!r}")
-    return int(value)
-
-
-def _conditions(conf: dict, key: str) -> tuple[str, ...]:
-    raw = conf.get(key)
-    if raw is None:
-        return ()
-    if not isinstance(raw, list) or not all(isinstance(c, str) for c in raw):
-        raise plugin_error(f"failed to parse config: {key} must be a list of strings")
-    tokens = tuple(c.strip() for c in raw if c.strip())
+def _conditions(raw: Optional[list], key: str) -> tuple[str, ...]:
+    tokens = tuple(c.strip() for c in raw or () if c.strip())
     if not tokens:
         return ()
     first = tokens[0]
@@ -122,7 +127,7 @@ def _conditions(conf: dict, key: str) -> tuple[str, ...]:
         raise plugin_error(
             "failed to parse config: nftables backend was requested but configuration contains "
             f"iptables-specific options [{key}]",
-            f"{key} must be nftables match expressions (e.g. \"ip saddr 10.0.0.0/8\"), got {list(raw)}",
+            f"{key} must be nftables match expressions (e.g. \"ip saddr 10.0.0.0/8\"), got {list(raw or ())}",
         )
     joined = " ".join(tokens)
     bad = [ch for ch in _FORBIDDEN_IN_CONDITION if ch in joined]
@@ -131,37 +136,39 @@ def _conditions(conf: dict, key: str) -> tuple[str, ...]:
     return tokens
 
 
-def parse_mapping(entry: Any) -> PortMapping:
-    if not isinstance(entry, dict):
-        raise plugin_error(f"failed to parse config: portMappings entry is not an object: {entry!r}")
-    host_port = _int(entry.get("hostPort", 0), "hostPort")
-    container_port = _int(entry.get("containerPort", 0), "containerPort")
+def mapping_from(entry: dict) -> PortMapping:
+    """Validate one decoded ``portMappings`` entry (a dict from :data:`PORT_MAPPING`)."""
+    container_port = entry["containerPort"]
+    host_port = entry["hostPort"]
     if container_port <= 0 or container_port > 65535:
         raise plugin_error(f"failed to parse config: Invalid container port number: {container_port}")
     if host_port <= 0 or host_port > 65535:
         raise plugin_error(f"failed to parse config: Invalid host port number: {host_port}")
-    proto = entry.get("protocol") or "tcp"
-    if not isinstance(proto, str) or proto.lower() not in PROTOCOLS:
+    proto = entry["protocol"] or "tcp"
+    if proto.lower() not in PROTOCOLS:
         raise plugin_error(
             f"failed to parse config: unsupported protocol {proto!r} in portMappings (tcp, udp or sctp)"
         )
-    host_ip = entry.get("hostIP") or ""
-    if not isinstance(host_ip, str):
-        raise plugin_error(f"failed to parse config: hostIP must be a string, got {host_ip!r}")
+    host_ip = entry["hostIP"]
     if host_ip:
         try:
-            addr = ipaddress.ip_address(host_ip)
-        except ValueError:
+            addr = gojson.parse_ip(host_ip)
+        except CniError:
             raise plugin_error(f"failed to parse config: invalid hostIP {host_ip!r} in portMappings") from None
-        if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-            addr = addr.ipv4_mapped
         host_ip = str(addr)
     return PortMapping(host_port, container_port, proto.lower(), host_ip)
 
 
+def parse_mapping(raw: Any) -> PortMapping:
+    """One raw ``portMappings`` entry, decoded with Go's rules and validated."""
+    entry = gojson.decode({"runtimeConfig": {"portMappings": [raw]}}, SCHEMA, _PREFIX)
+    return mapping_from(entry["runtimeConfig"]["portMappings"][0])
+
+
 def parse_config(conf: dict) -> PortmapConfig:
     """Validate the portmap keys of a network config (``runtimeConfig`` included)."""
-    backend = conf.get("backend")
+    d = gojson.decode(conf, SCHEMA, _PREFIX)
+    backend = d["backend"]
     if backend not in (None, "", "nftables"):
         if backend == "iptables":
             raise plugin_error(
@@ -169,28 +176,21 @@ def parse_config(conf: dict) -> PortmapConfig:
                 'programs nftables only (remove "backend" or set it to "nftables")'
             )
         raise plugin_error(f'failed to parse config: unrecognized backend "{backend}"')
-    mark_bit = conf.get("markMasqBit")
-    if mark_bit is not None:
-        mark_bit = _int(mark_bit, "markMasqBit")
-        if not 0 <= mark_bit <= 31:
-            raise plugin_error("failed to parse config: MasqMarkBit must be between 0 and 31")
-    ext = conf.get("externalSetMarkChain") or ""
-    if not isinstance(ext, str):
-        raise plugin_error("failed to parse config: externalSetMarkChain must be a string")
+    mark_bit = d["markMasqBit"]
+    if mark_bit is not None and not 0 <= mark_bit <= 31:
+        raise plugin_error("failed to parse config: MasqMarkBit must be between 0 and 31")
+    ext = d["externalSetMarkChain"] or ""
     if ext and mark_bit is not None:
         raise plugin_error("failed to parse config: Cannot specify externalSetMarkChain and markMasqBit")
-    rc = conf.get("runtimeConfig")
-    raw_maps = rc.get("portMappings") if isinstance(rc, dict) else None
-    if raw_maps is not None and not isinstance(raw_maps, list):
-        raise plugin_error("failed to parse config: runtimeConfig.portMappings must be a list")
+    snat = d["snat"]
     return PortmapConfig(
-        snat=_bool(conf, "snat", True),
-        masq_all=_bool(conf, "masqAll", False),
-        conditions_v4=_conditions(conf, "conditionsV4"),
-        conditions_v6=_conditions(conf, "conditionsV6"),
+        snat=True if snat is None else snat,
+        masq_all=d["masqAll"],
+        conditions_v4=_conditions(d["conditionsV4"], "conditionsV4"),
+        conditions_v6=_conditions(d["conditionsV6"], "conditionsV6"),
         mark_masq_bit=mark_bit,
         external_set_mark_chain=ext,
-        mappings=tuple(parse_mapping(m) for m in raw_maps or ()),
+        mappings=tuple(mapping_from(m) for m in d["runtimeConfig"]["portMappings"] or ()),
     )
 
 

@@ -18,7 +18,7 @@ from cnichain.common.record import FrozenRecord
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing and dataclasses cost ~10 ms per exec together
-    from typing import Any, Optional, Union
+    from typing import Optional, Union
 
     Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
     Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
@@ -75,68 +75,63 @@ class RouteOverrideConfig(FrozenRecord):
         return self.delroutes + extra
 
 
-def parse_cidr(text: str) -> tuple[ipaddress.IPv4Interface | ipaddress.IPv6Interface, bool]:
-    """CIDR text -> (interface, host bits set); ``invalid CIDR address: X`` as libcni words it."""
-    if not isinstance(text, str) or text.count("/") != 1 or "%" in text:
-        raise plugin_error(f"{_LOAD}invalid CIDR address: {text}")
-    addr, _, prefix = text.partition("/")
-    if not prefix.isdigit() or not prefix.isascii():
-        raise plugin_error(f"{_LOAD}invalid CIDR address: {text}")
-    try:
-        iface = ipaddress.ip_interface(f"{addr}/{int(prefix)}")
-    except ValueError:
-        raise plugin_error(f"{_LOAD}invalid CIDR address: {text}") from None
-    return iface, iface.ip != iface.network.network_address
+# The reference's RouteOverrideConfig and its args.cni overrides, as Go decodes them.
+ROUTE = gojson.Struct("types.Route", [
+    ("dst", gojson.CIDR),
+    gojson.Field("gw", gojson.IP, "GW"),
+])
+ARGS_CNI = gojson.Struct("main.IPAMArgs", [
+    gojson.Field("flushroutes", gojson.Ptr(gojson.BOOL), "FlushRoutes"),
+    gojson.Field("flushgateway", gojson.Ptr(gojson.BOOL), "FlushGateway"),
+    gojson.Field("delroutes", gojson.List(gojson.Ptr(ROUTE)), "DelRoutes"),
+    gojson.Field("addroutes", gojson.List(gojson.Ptr(ROUTE)), "AddRoutes"),
+    gojson.Field("skipcheck", gojson.Ptr(gojson.BOOL), "SkipCheck"),
+])
+SCHEMA = gojson.Struct("main.RouteOverrideConfig", [
+    gojson.Field("flushroutes", gojson.BOOL, "FlushRoutes"),
+    gojson.Field("flushgateway", gojson.BOOL, "FlushGateway"),
+    gojson.Field("delroutes", gojson.List(gojson.Ptr(ROUTE)), "DelRoutes"),
+    gojson.Field("addroutes", gojson.List(gojson.Ptr(ROUTE)), "AddRoutes"),
+    gojson.Field("skipcheck", gojson.BOOL, "SkipCheck"),
+    ("args", gojson.Ptr(gojson.Struct("", [("cni", gojson.Ptr(ARGS_CNI))]))),
+])
 
 
-def _route(item: Any, where: str, *, adding: bool) -> RouteSpec:
-    gojson.want_object(item, where, "types.Route", _LOAD)
-    dst_text = gojson.want_str(gojson.get(item, "dst"), f"{where}.dst", "types.IPNet", _LOAD)
-    if not dst_text:
+def _route(item: dict, *, adding: bool) -> RouteSpec:
+    """One decoded route: ``dst`` required, ``gw`` of the same family, no host bits when adding."""
+    iface = item["dst"]
+    if iface is None:
         raise plugin_error(f'{_LOAD}route is missing "dst"')
-    iface, host_bits = parse_cidr(dst_text)
-    gw_text = gojson.want_str(gojson.get(item, "gw"), f"{where}.gw", "net.IP", _LOAD)
-    gw: Optional[Address] = None
-    if gw_text:
-        try:
-            gw = ipaddress.ip_address(gw_text)
-        except ValueError:
-            raise plugin_error(f"{_LOAD}invalid IP address: {gw_text}") from None
-        if gw.version != iface.version:
-            raise plugin_error(f"{_LOAD}route {dst_text}: gateway {gw_text} is not of the same IP family")
-    if adding and host_bits:
-        raise plugin_error(
-            f"{_LOAD}route {dst_text}: destination has host bits set (did you mean {iface.network}?)"
-        )
-    return RouteSpec(dst=iface.network, gw=gw, text=dst_text)
+    gw = item["gw"]
+    if gw is not None and gw.version != iface.version:
+        raise plugin_error(f"{_LOAD}route {iface}: gateway {gw} is not of the same IP family")
+    if adding and iface.ip != iface.network.network_address:
+        raise plugin_error(f"{_LOAD}route {iface}: destination has host bits set (did you mean {iface.network}?)")
+    return RouteSpec(dst=iface.network, gw=gw, text=str(iface))
 
 
-def _routes(value: Any, where: str, *, adding: bool) -> Optional[tuple[RouteSpec, ...]]:
-    items = gojson.want_list(value, where, "[]*types.Route", _LOAD)
+def _routes(items: Optional[list], *, adding: bool) -> Optional[tuple[RouteSpec, ...]]:
     if items is None:
         return None
-    return tuple(_route(item, where, adding=adding) for item in items if item is not None)
+    return tuple(_route(item, adding=adding) for item in items if item is not None)
 
 
 def load(conf: dict) -> RouteOverrideConfig:
-    g = gojson.get
-    where = "RouteOverrideConfig"
-    flushroutes = bool(gojson.want_bool(g(conf, "flushroutes"), f"{where}.flushroutes", _LOAD))
-    flushgateway = bool(gojson.want_bool(g(conf, "flushgateway"), f"{where}.flushgateway", _LOAD))
-    delroutes = _routes(g(conf, "delroutes"), f"{where}.delroutes", adding=False) or ()
-    addroutes = _routes(g(conf, "addroutes"), f"{where}.addroutes", adding=True) or ()
-    skipcheck = bool(gojson.want_bool(g(conf, "skipcheck"), f"{where}.skipcheck", _LOAD))
-
-    args = gojson.want_object(g(conf, "args"), f"{where}.args", "struct", _LOAD)
-    cni = gojson.want_object(g(args, "cni"), f"{where}.args.cni", "main.IPAMArgs", _LOAD)
-    if cni:
-        where = "IPAMArgs.args.cni"
+    d = gojson.decode(conf, SCHEMA, _LOAD)
+    flushroutes: bool = d["flushroutes"]
+    flushgateway: bool = d["flushgateway"]
+    delroutes = _routes(d["delroutes"], adding=False) or ()
+    addroutes = _routes(d["addroutes"], adding=True) or ()
+    skipcheck: bool = d["skipcheck"]
+    # Unlike the reference (a nil dereference), "args" without "cni" is simply nothing to apply.
+    cni = d["args"]["cni"] if d["args"] is not None else None
+    if cni is not None:
         over = gojson.overlay
-        flushroutes = over(flushroutes, gojson.want_bool(g(cni, "flushroutes"), f"{where}.flushroutes", _LOAD))
-        flushgateway = over(flushgateway, gojson.want_bool(g(cni, "flushgateway"), f"{where}.flushgateway", _LOAD))
-        delroutes = over(delroutes, _routes(g(cni, "delroutes"), f"{where}.delroutes", adding=False))
-        addroutes = over(addroutes, _routes(g(cni, "addroutes"), f"{where}.addroutes", adding=True))
-        skipcheck = over(skipcheck, gojson.want_bool(g(cni, "skipcheck"), f"{where}.skipcheck", _LOAD))
+        flushroutes = over(flushroutes, cni["flushroutes"])
+        flushgateway = over(flushgateway, cni["flushgateway"])
+        delroutes = over(delroutes, _routes(cni["delroutes"], adding=False))
+        addroutes = over(addroutes, _routes(cni["addroutes"], adding=True))
+        skipcheck = over(skipcheck, cni["skipcheck"])
     return RouteOverrideConfig(
         flushroutes=flushroutes,
         flushgateway=flushgateway,

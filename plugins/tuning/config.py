@@ -218,47 +218,54 @@ def check_allowlist(cfg: TuningConfig, allowlist: Optional[list[str]]) -> None:
 # -- the loader -------------------------------------------------------------------------------
 
 
-def _sysctl_map(value: Any, where: str) -> dict[str, str]:
-    obj = gojson.want_object(value, where, "map[string]string", _LOAD) or {}
-    out: dict[str, str] = {}
-    for k, v in obj.items():
-        if v is None:
-            v = ""
-        out[k] = gojson.want_str(v, where, prefix=_LOAD)  # type: ignore[assignment]
-    return out
+# The reference's TuningConf and its args.cni overrides (IPAMArgs), as Go decodes them.
+ARGS_CNI = gojson.Struct("main.IPAMArgs", [
+    gojson.Field("sysctl", gojson.Ptr(gojson.Map(gojson.STRING)), "SysCtl"),
+    ("mac", gojson.Ptr(gojson.STRING)),
+    ("promisc", gojson.Ptr(gojson.BOOL)),
+    ("mtu", gojson.Ptr(gojson.INT)),
+    ("allmulti", gojson.Ptr(gojson.BOOL)),
+    gojson.Field("txQLen", gojson.Ptr(gojson.INT), "TxQLen"),
+])
+SCHEMA = gojson.Struct("main.TuningConf", [
+    ("dataDir", gojson.STRING),
+    gojson.Field("sysctl", gojson.Map(gojson.STRING), "SysCtl"),
+    ("mac", gojson.STRING),
+    ("promisc", gojson.BOOL),
+    ("mtu", gojson.INT),
+    ("allmulti", gojson.Ptr(gojson.BOOL)),
+    gojson.Field("txQLen", gojson.Ptr(gojson.INT), "TxQLen"),
+    ("runtimeConfig", gojson.Struct("", [("mac", gojson.STRING)])),
+    ("args", gojson.Ptr(gojson.Struct("", [("cni", gojson.Ptr(ARGS_CNI))]))),
+])
 
 
 def load(conf: dict, cni_args: str = "") -> TuningConfig:
     """The reference's ``parseConf``: config keys < CNI_ARGS MAC < runtimeConfig.mac < args.cni."""
-    g = gojson.get
-    sysctl = _sysctl_map(g(conf, "sysctl"), "TuningConf.sysctl")
-    mac = gojson.want_str(g(conf, "mac"), "TuningConf.mac", prefix=_LOAD) or ""
-    promisc = bool(gojson.want_bool(g(conf, "promisc"), "TuningConf.promisc", _LOAD))
-    mtu = gojson.want_int(g(conf, "mtu"), "TuningConf.mtu", _LOAD) or 0
-    allmulti = gojson.want_bool(g(conf, "allmulti"), "TuningConf.allmulti", _LOAD)
-    txqlen = gojson.want_int(g(conf, "txQLen"), "TuningConf.txQLen", _LOAD)
-    data_dir = gojson.want_str(g(conf, "dataDir"), "TuningConf.dataDir", prefix=_LOAD) or DEFAULT_DATA_DIR
-    runtime = gojson.want_object(g(conf, "runtimeConfig"), "TuningConf.runtimeConfig", "struct", _LOAD)
-    runtime_mac = gojson.want_str(g(runtime, "mac"), "TuningConf.runtimeConfig.mac", prefix=_LOAD)
-    args = gojson.want_object(g(conf, "args"), "TuningConf.args", "struct", _LOAD)
-    cni = gojson.want_object(g(args, "cni"), "TuningConf.args.cni", "main.IPAMArgs", _LOAD)
+    d = gojson.decode(conf, SCHEMA, _LOAD)
+    sysctl: dict[str, str] = dict(d["sysctl"] or {})
+    mac: str = d["mac"]
+    promisc: bool = d["promisc"]
+    mtu: int = d["mtu"]
+    allmulti: Optional[bool] = d["allmulti"]
+    txqlen: Optional[int] = d["txQLen"]
+    data_dir: str = d["dataDir"] or DEFAULT_DATA_DIR
 
     if cni_args:
         env = parse_cni_args(cni_args, known={"MAC"})
         if env.get("MAC"):
             mac = env["MAC"]
-    if runtime_mac:
-        mac = runtime_mac
-    if cni:
-        where = "IPAMArgs.args.cni"
-        if g(cni, "sysctl") is not None:
-            sysctl.update(_sysctl_map(g(cni, "sysctl"), f"{where}.sysctl"))
+    if d["runtimeConfig"]["mac"]:
+        mac = d["runtimeConfig"]["mac"]
+    cni = d["args"]["cni"] if d["args"] is not None else None
+    if cni is not None:
+        sysctl.update(cni["sysctl"] or {})
         over = gojson.overlay
-        mac = over(mac, gojson.want_str(g(cni, "mac"), f"{where}.mac", prefix=_LOAD))
-        promisc = over(promisc, gojson.want_bool(g(cni, "promisc"), f"{where}.promisc", _LOAD))
-        mtu = over(mtu, gojson.want_int(g(cni, "mtu"), f"{where}.mtu", _LOAD))
-        allmulti = over(allmulti, gojson.want_bool(g(cni, "allmulti"), f"{where}.allmulti", _LOAD))
-        txqlen = over(txqlen, gojson.want_int(g(cni, "txQLen"), f"{where}.txQLen", _LOAD))
+        mac = over(mac, cni["mac"])
+        promisc = over(promisc, cni["promisc"])
+        mtu = over(mtu, cni["mtu"])
+        allmulti = over(allmulti, cni["allmulti"])
+        txqlen = over(txqlen, cni["txQLen"])
 
     if mtu < 0 or mtu > 0xFFFFFFF:
         raise config_error(f"invalid mtu {mtu}: must be a positive number (0 leaves the MTU alone)")

@@ -141,6 +141,30 @@ def test_traffic_v4_v6_localhost_hairpin_then_del(lab, node):
             s.wait()
 
 
+def test_containerd_shaped_port_mappings(lab, node):
+    """containerd's go-cni marshals port mappings from a struct without json tags, with an empty
+    HostIP for "any": the mapping must work exactly as its camelCase twin (and DEL, which gets the
+    same capability args again, must remove it)."""
+    runtime, client = node
+    conf = bridge_conflist(lab, dual=False)
+    pod = lab.netns("pod")
+    pms = [{"HostPort": 8080, "ContainerPort": 80, "Protocol": "tcp", "HostIP": ""},
+           {"HostPort": 8081, "ContainerPort": 80, "Protocol": "tcp", "HostIP": NODE4}]
+    att = Attachment("ctr-containerd", pod, "eth0", capability_args={"portMappings": pms})
+    runtime.add(conf, att)
+    srv = serve(lab, pod, 80, "containerd-pod")
+    try:
+        assert fetch(lab, client, NODE4, 8080) == "containerd-pod"
+        assert fetch(lab, client, NODE4, 8081) == "containerd-pod"
+        runtime.check(conf, att)
+    finally:
+        srv.kill()
+        srv.wait()
+    runtime.delete(conf, att)
+    assert fetch(lab, client, NODE4, 8080) == ""
+    assert table(lab).owners() == []
+
+
 def test_host_ip_answers_only_on_that_address(lab, node):
     runtime, client = node
     lab.run(lab.node, "ip", "addr", "add", "192.168.77.10/24", "dev", f"n{lab.run_id}cli")

@@ -36,7 +36,7 @@ def test_default_gateway_implies_gateway_and_unknown_keys_are_ignored():
         ({"isGateway": "true"}, "failed to load netconf: json: cannot unmarshal string into Go struct field NetConf.isGateway of type bool"),
         ({"mtu": "1500"}, "failed to load netconf: json: cannot unmarshal string into Go struct field NetConf.mtu of type int"),
         ({"mtu": 1.5}, "failed to load netconf: json: cannot unmarshal number 1.5 into Go struct field NetConf.mtu of type int"),
-        ({"bridge": 5}, "failed to load netconf: json: cannot unmarshal number 5 into Go struct field NetConf.bridge of type string"),
+        ({"bridge": 5}, "failed to load netconf: json: cannot unmarshal number into Go struct field NetConf.bridge of type string"),
         ({"bridge": "a/b"}, "failed to load netconf: invalid bridge name 'a/b'"),
         ({"bridge": "x" * 16}, "invalid bridge name"),
         ({"vlan": 4095}, "invalid VLAN ID 4095 (must be between 0 and 4094)"),

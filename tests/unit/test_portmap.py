@@ -68,7 +68,11 @@ def test_mapping_parse_normalises_protocol_and_host_ip():
         ({"hostPort": 70000, "containerPort": 80}, "Invalid host port number: 70000"),
         ({"hostPort": 1, "containerPort": 80, "protocol": "icmp"}, "unsupported protocol 'icmp'"),
         ({"hostPort": 1, "containerPort": 80, "hostIP": "nope"}, "invalid hostIP 'nope'"),
-        ({"hostPort": "80", "containerPort": 80}, "hostPort must be an integer"),
+        (
+            {"hostPort": "80", "containerPort": 80},
+            "json: cannot unmarshal string into Go struct field PortMapEntry.runtimeConfig.portMappings.hostPort of type int",
+        ),
+        ({"hostPort": 80.5, "containerPort": 80}, "cannot unmarshal number 80.5 into Go struct field"),
     ],
 )
 def test_mapping_errors(entry, msg):
@@ -89,8 +93,11 @@ def test_mapping_errors(entry, msg):
         ({"conditionsV6": ["!", "-d", "fd00::/8"]}, "iptables-specific options [conditionsV6]"),
         ({"conditionsV4": ["ip saddr 10.0.0.0/8", "-p tcp"]}, "iptables-specific options [conditionsV4]"),
         ({"conditionsV4": ["ip saddr 10.0.0.1; add rule inet x y drop"]}, "conditionsV4 is not a single nftables match"),
-        ({"conditionsV4": "ip saddr 10.0.0.1"}, "conditionsV4 must be a list of strings"),
-        ({"snat": "yes"}, "snat must be a boolean"),
+        (
+            {"conditionsV4": "ip saddr 10.0.0.1"},
+            "cannot unmarshal string into Go struct field PortMapConf.conditionsV4 of type []string",
+        ),
+        ({"snat": "yes"}, "json: cannot unmarshal string into Go struct field PortMapConf.snat of type bool"),
     ],
 )
 def test_config_errors(extra, msg):

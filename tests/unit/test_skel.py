@@ -156,3 +156,21 @@ def test_log_file_records_invocation(tmp_path):
     line = logfile.read_text()
     assert "DEL container=ctr1" in line and "elapsed_ms=" in line
     assert (logfile.stat().st_mode & 0o777) == 0o600
+
+
+# A prevResult needs a config version: libcni looks up a result type for the config's version, and
+# a config without cniVersion has the empty one.  The chained plugins must refuse such a config
+# instead of answering with a 0.1.0 result.
+CHAINED = ("portmap", "tuning", "route_override")
+
+
+@pytest.mark.parametrize("module", CHAINED)
+def test_prev_result_without_config_version_is_refused_on_add(module):
+    import importlib
+
+    plugin = importlib.import_module(f"cnichain.plugins.{module}.plugin").PLUGIN
+    conf = {"name": "net", "type": module, "prevResult": {"ips": [{"address": "10.1.0.5/24"}]},
+            "sysctl": {"net.core.somaxconn": "1024"}, "addroutes": [{"dst": "192.0.2.0/24"}],
+            "runtimeConfig": {"portMappings": [{"hostPort": 8080, "containerPort": 80}]}}
+    code, out = dispatch(plugin, "ADD", conf)
+    assert code == 1 and out["msg"].endswith('could not parse prevResult: unsupported CNI result version ""'), out
