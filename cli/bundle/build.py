@@ -83,7 +83,6 @@ def _write_file(path: str, data: bytes, mode: int) -> None:
 def _manifest(plan: Plan, prefix: str, tree_id: str) -> dict:
     owners = debian.owners(sorted(set(plan.debian.values())))
     unknown = sorted(rel for rel, src in plan.debian.items() if src not in owners)
-    import cnichain.cli.bundle as _pkg  # noqa: F401 - version of the running cnichain
     from importlib.metadata import version
 
     return {

@@ -146,15 +146,20 @@ def chained_conflist(cfg: NodeConfig, state: NodeState) -> tuple[bytes, str, byt
     return chain.render(derived), f"{cfg.conf_dir}/{primary}", data
 
 
-def _write_owned(cfg: NodeConfig, state: NodeState, host_path: str, data: bytes, mode: int, report: Report,
-                 allow_foreign: bool) -> None:
-    real = cfg.real(host_path)
-    existing = atomic.read_bytes(real)
-    if existing is not None and existing != data and not allow_foreign and not state.owns(host_path, existing):
-        from cnichain.cli.install import MARKER
+def _check_ours(cfg: NodeConfig, state: NodeState, host_path: str, data: bytes) -> None:
+    """Refuse to replace a file we did not write (absent, identical, recorded or marked is fine)."""
+    from cnichain.cli.install import MARKER
 
-        if MARKER.encode() not in existing:
-            raise InstallError(f"{host_path} exists and was not written by cnichain (own mode: --replace-foreign)")
+    existing = atomic.read_bytes(cfg.real(host_path))
+    if existing in (None, data) or state.owns(host_path, existing) or cfg.replace_foreign:
+        return
+    if not host_path.endswith(".conflist") and MARKER.encode() in existing:
+        return  # a launcher written by 'cnichain install'
+    raise InstallError(f"{host_path} exists and was not written by cnichain (use --replace-foreign)")
+
+
+def _write(cfg: NodeConfig, host_path: str, data: bytes, mode: int, report: Report) -> None:
+    real = cfg.real(host_path)
     os.makedirs(os.path.dirname(real), mode=0o755, exist_ok=True)
     (report.written if atomic.write_file(real, data, mode) else report.unchanged).append(host_path)
 
@@ -167,12 +172,8 @@ def write_conflist(cfg: NodeConfig, state: NodeState, report: Report) -> None:
         state.primary, state.primary_digest = primary, digest(primary_data)
     else:
         data = own_conflist(cfg)
-    real = cfg.real(host_path)
-    existing = atomic.read_bytes(real)
-    if existing is not None and existing != data and not state.owns(host_path, existing) and not cfg.replace_foreign:
-        raise InstallError(f"{host_path} exists and was not written by cnichain")
-    os.makedirs(os.path.dirname(real), mode=0o755, exist_ok=True)
-    (report.written if atomic.write_file(real, data, 0o644) else report.unchanged).append(host_path)
+    _check_ours(cfg, state, host_path, data)
+    _write(cfg, host_path, data, 0o644, report)
     state.conflist, state.conflist_digest = host_path, digest(data)
 
 
@@ -218,14 +219,9 @@ def install(cfg: NodeConfig, runner: Optional[verify.Runner] = None) -> Report:
     try:
         planned = {f"{cfg.bin_path}/{name}": launcher_bytes(cfg, module) for name, module in launcher_names(cfg.mode).items()}
         for host_path, data in planned.items():  # refuse before writing anything
-            existing = atomic.read_bytes(cfg.real(host_path))
-            if existing not in (None, data) and not state.owns(host_path, existing) and not cfg.replace_foreign:
-                from cnichain.cli.install import MARKER
-
-                if MARKER.encode() not in existing:
-                    raise InstallError(f"{host_path} exists and was not written by cnichain (use --replace-foreign)")
+            _check_ours(cfg, state, host_path, data)
         for host_path, data in planned.items():
-            _write_owned(cfg, state, host_path, data, 0o755, report, allow_foreign=True)
+            _write(cfg, host_path, data, 0o755, report)
             state.launchers[host_path] = digest(data)
         run = runner or verify.version_in_root(cfg.host_root)
         for host_path in planned:
