@@ -51,13 +51,19 @@ def gz_size(path: str) -> int:
     return buf.tell()
 
 
-def timed(argv: list[str], env: dict, stdin: bytes) -> float:
+def timed(argv: list[str], env: dict, stdin: bytes) -> tuple[float, float]:
+    """(wall ms, child CPU ms) of one exec; CPU time is the steadier one on a busy machine."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run(argv, input=stdin, env=env, capture_output=True, timeout=60)
     elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"{argv[0]} failed: {proc.stdout!r} {proc.stderr!r}")
-    return elapsed * 1000
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return elapsed * 1000, cpu * 1000
 
 
 def main() -> int:
@@ -82,7 +88,7 @@ def main() -> int:
                 "CNI_IFNAME": "eth0", "CNI_PATH": "/nonexistent"}
         cases = [(t, "VERSION", {"CNI_COMMAND": "VERSION"}, None) for t in sorted(install.PLUGINS)]
         cases += [("host-local", "ADD", dict(base, CNI_COMMAND="ADD"), hl), ("host-local", "DEL", dict(base, CNI_COMMAND="DEL"), hl)]
-        samples: dict[tuple[str, str, str], list[float]] = {}
+        samples: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
         for _ in range(ns.runs):  # interleaved: both kinds see the same machine state
             for plugin, label, env, stdin in cases:
                 for kind, folder in (("venv", venv_bin), ("bundle", "/opt/cni/bin")):
@@ -90,19 +96,25 @@ def main() -> int:
                         timed([os.path.join(folder, plugin)], env, stdin(kind) if stdin else b""))
         rows = []
         for plugin, label, _, _ in cases:
-            v, b = samples[(plugin, label, "venv")], samples[(plugin, label, "bundle")]
+            v = [w for w, _ in samples[(plugin, label, "venv")]]
+            b = [w for w, _ in samples[(plugin, label, "bundle")]]
+            cv = statistics.median(c for _, c in samples[(plugin, label, "venv")])
+            cb = statistics.median(c for _, c in samples[(plugin, label, "bundle")])
             mv, mb = statistics.median(v), statistics.median(b)
             rows.append({"plugin": plugin, "command": label, "venv_median_ms": round(mv, 2), "bundle_median_ms": round(mb, 2),
                          "venv_p95_ms": round(statistics.quantiles(v, n=20)[-1], 2),
-                         "bundle_p95_ms": round(statistics.quantiles(b, n=20)[-1], 2), "ratio": round(mb / mv, 3)})
+                         "bundle_p95_ms": round(statistics.quantiles(b, n=20)[-1], 2), "ratio": round(mb / mv, 3),
+                         "venv_cpu_ms": round(cv, 2), "bundle_cpu_ms": round(cb, 2), "cpu_ratio": round(cb / cv, 3) if cv else None})
         result = {"tree_bytes": report.size_bytes, "tree_files": report.files, "tree_gz_bytes": gz_size(report.tree),
                   "build_seconds": round(report.seconds, 1), "runs": ns.runs, "rows": rows,
                   "debian_packages": report.manifest["debian_packages"]}
         print(f"tree: {report.size_bytes / 1e6:.1f} MB on disk, {result['tree_gz_bytes'] / 1e6:.1f} MB gzipped, "
               f"{report.files} files, built in {report.seconds:.1f} s")
-        print(f"{'plugin':<15} {'command':<8} {'venv ms':>8} {'bundle ms':>10} {'ratio':>6}   (medians of {ns.runs})")
+        print(f"{'plugin':<15} {'command':<8} {'venv ms':>8} {'bundle ms':>10} {'ratio':>6} {'venv cpu':>9} "
+              f"{'bundle cpu':>10} {'ratio':>6}   (medians of {ns.runs}; wall, then child CPU time)")
         for r in rows:
-            print(f"{r['plugin']:<15} {r['command']:<8} {r['venv_median_ms']:>8.2f} {r['bundle_median_ms']:>10.2f} {r['ratio']:>6.3f}")
+            print(f"{r['plugin']:<15} {r['command']:<8} {r['venv_median_ms']:>8.2f} {r['bundle_median_ms']:>10.2f} "
+                  f"{r['ratio']:>6.3f} {r['venv_cpu_ms']:>9.2f} {r['bundle_cpu_ms']:>10.2f} {r['cpu_ratio'] or 0:>6.3f}")
         os.makedirs(ns.out, exist_ok=True)
         path = os.path.join(ns.out, f"bundle-startup-{time.strftime('%Y%m%d-%H%M%S')}.json")
         with open(path, "w") as fh:
