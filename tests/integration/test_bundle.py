@@ -126,3 +126,17 @@ def test_a_plugin_process_maps_only_files_of_the_tree(bundle, tmp_path):
     final = layout.version_dir(PREFIX, bundle.tree_id) + "/"
     assert backed and all(f.startswith(final) for f in backed), sorted(f for f in backed if not f.startswith(final))
     assert any("libnftables.so.1" in f for f in backed) and any(f.endswith(layout.loader_name()) for f in backed)
+
+
+def test_launcher_pins_imports_to_the_version_current_named_at_start(bundle, tmp_path):
+    """A launcher reaches the interpreter through ``current``; its import path must name the version dir."""
+    launcher = os.path.join(bundle.out, PREFIX.lstrip("/"), "bin", "portmap")
+    with open(launcher) as fh:
+        head = fh.read().split("from cnichain.common.shim", 1)[0]
+    probe = head.split("\n", 1)[1] + "import json\nprint(json.dumps(sys.path))\n"
+    out = run(bundle, tmp_path, [f"{layout.current_link(PREFIX)}/{layout.PYTHON_REL}", "-IS", "-c", probe])
+    assert out.returncode == 0, out.stderr
+    final = layout.version_dir(PREFIX, bundle.tree_id)
+    paths = [p for p in json.loads(out.stdout) if p.startswith(PREFIX)]
+    assert paths[0] == f"{final}/{layout.SITE_REL}"
+    assert all(p.startswith(final + "/") for p in paths), paths
