@@ -39,7 +39,7 @@ def check_abs_path(path: str, what: str = "path") -> str:
     Every path that ends up in a shebang, PT_INTERP or a manifest passes through here first, so a
     tree never embeds a path the kernel or a runtime would read differently.
     """
-    if not isinstance(path, str) or not _SAFE_PATH.match(path):
+    if not isinstance(path, str) or not _SAFE_PATH.fullmatch(path):
         raise LayoutError(f"{what} {path!r}: expected an absolute path of [A-Za-z0-9._+-] segments")
     if os.path.normpath(path) != path or any(seg in (".", "..") for seg in path.split("/")):
         raise LayoutError(f"{what} {path!r}: not normalised")
