@@ -33,8 +33,8 @@ def our_type(plugin_type: str) -> str:
 
 
 def config_names(names: list[str]) -> list[str]:
-    """The file names a runtime would consider, in the order it considers them."""
-    return sorted(n for n in names if n.endswith(CONF_SUFFIXES) and not n.startswith("."))
+    """The file names a runtime would consider, in the order it considers them (libcni: by suffix only)."""
+    return sorted(n for n in names if n.endswith(CONF_SUFFIXES))
 
 
 def find_primary(names: list[str], ours: set[str]) -> Optional[str]:

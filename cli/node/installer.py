@@ -57,7 +57,7 @@ class NodeConfig:
             raise InstallError(f"mode {self.mode!r}: expected one of {', '.join(MODES)}")
         for what, path in (("prefix", self.prefix), ("bin dir", self.bin_path), ("conf dir", self.conf_dir)):
             layout.check_abs_path(path, what)
-        if not re.fullmatch(r"[A-Za-z0-9._-]+\.conflist", self.conf_file_name):
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*\.conflist", self.conf_file_name):
             raise InstallError(f"conf name {self.conf_file_name!r}: expected NAME.conflist")
         if not os.path.isdir(self.host_root):
             raise InstallError(f"host root {self.host_root!r} is not a directory")

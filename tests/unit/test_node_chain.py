@@ -60,8 +60,10 @@ def test_every_corpus_conflist_derives_without_losing_plugins():
 
 
 def test_primary_is_the_lowest_sorted_config_that_is_not_ours():
-    names = ["10-calico.conflist", "00-cnichain.conflist", "05-x.conf.cnichain-tmp-1", ".00-a.conflist", "README", "99-z.json"]
+    names = ["10-calico.conflist", "00-cnichain.conflist", ".05-x.conf.cnichain-tmp-1", "README", "99-z.json"]
     assert chain.find_primary(names, {"00-cnichain.conflist"}) == "10-calico.conflist"
+    # libcni filters by suffix only: a hidden config is still a config, and sorts first
+    assert chain.find_primary(names + [".00-a.conflist"], {"00-cnichain.conflist"}) == ".00-a.conflist"
     assert chain.find_primary(["00-cnichain.conflist"], {"00-cnichain.conflist"}) is None
 
 

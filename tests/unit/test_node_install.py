@@ -166,7 +166,7 @@ def test_uninstall_removes_exactly_ours(host, tmp_path):
 
 def test_paths_are_validated_before_anything_is_touched(host, tmp_path):
     for bad in ({"prefix": "opt/cni"}, {"conf_dir": "/etc/cni/../x"}, {"bin_dir": "/opt/cni bin"},
-                {"mode": "both"}, {"conf_name": "../x.conflist"}):
+                {"mode": "both"}, {"conf_name": "../x.conflist"}, {"conf_name": "..conflist"}):
         with pytest.raises((installer.InstallError, layout.LayoutError)):
             installer.install(cfg(host, fake_tree(tmp_path), **bad), runner=Calls())
     assert not (host / "opt").exists()
