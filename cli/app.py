@@ -216,7 +216,7 @@ def inspect(
 
     Reads host-local reservations, tuning backups, portmap mappings, bandwidth shaping and bridge masquerade rules from the kernel and the plugins' files, joined with the runtimes' result cache. A container is an orphan when it is not in --live (if given), has no cache entry, its cached netns is gone, or its IFB has lost its veth.
     """
-    from cnichain.cli.node import render, view
+    from cnichain.cli.podstate import render, view
 
     try:
         view.check_inputs(cache_dir, ipam_dir, tuning_dir, node_netns, [container, *live] if container else live, network)
@@ -244,9 +244,9 @@ def gc(
 
     DEL for each cached attachment without a live pod (its netns is gone, or it is not in --valid), with the conflist, result and arguments the runtime cached; then CNI GC per network (cniVersion 1.1.0) with the live attachments as valid. Shows the plan and changes nothing unless --apply.
     """
-    from cnichain.cli.node import cache as cache_mod
-    from cnichain.cli.node import gc as gc_mod
-    from cnichain.cli.node import view
+    from cnichain.cli.podstate import cache as cache_mod
+    from cnichain.cli.podstate import gc as gc_mod
+    from cnichain.cli.podstate import view
     from cnichain.cli.runtime import ConfigError, ConfList, Runtime
 
     pairs = gc_mod.parse_valid(valid)
@@ -329,6 +329,108 @@ def agent(
     raise typer.Exit(serve(socket_path, metrics_socket=metrics_socket, metrics_port=metrics_port,
                            request_timeout=request_timeout, max_workers=max_workers, log_file=log_file or None,
                            pool_size=max(0, pool)))
+
+
+@app.command()
+def version(verbose: bool = typer.Option(False, "--verbose", "-v", help="Also every carried Debian package and Python distribution")) -> None:
+    """Print cnichain's version; from a bundled tree, also what it was built from (see ./run bundle)."""
+    from cnichain.cli.bundle.manifest import describe, running_manifest
+
+    for line in describe(running_manifest(), verbose):
+        typer.echo(line)
+
+
+node_app = typer.Typer(no_args_is_help=True, help="Install the bundled tree onto a node (the DaemonSet's init container), or remove it.")
+app.add_typer(node_app, name="node")
+
+
+def _node_config(host_root: str, prefix: str, bin_dir: str, conf_dir: str, mode: str, conf_name: str,
+                 conflist: str, replace_foreign: bool, agent_socket: str):
+    from cnichain.cli.node.installer import NodeConfig
+
+    return NodeConfig(host_root=host_root, prefix=prefix, bin_dir=bin_dir, conf_dir=conf_dir, mode=mode,
+                      conf_name=conf_name, conflist=conflist, replace_foreign=replace_foreign, agent_socket=agent_socket)
+
+
+@node_app.command("install")
+def node_install(
+    host_root: str = typer.Option("/", "--host-root", help="Where the host's / is mounted in this container"),
+    prefix: str = typer.Option("/opt/cni", "--prefix", help="Host prefix the tree was built for (<prefix>/cnichain)"),
+    bin_dir: str = typer.Option("", "--bin-dir", help="Host CNI bin dir (default <prefix>/bin)"),
+    conf_dir: str = typer.Option("/etc/cni/net.d", "--conf-dir", help="Host CNI conf dir"),
+    mode: str = typer.Option("own", "--mode", help="own: our bridge conflist; chain: our meta plugins chained into the primary's"),
+    conf_name: str = typer.Option("", "--conf-name", help="Our conflist's file name (default 10-cnichain.conflist / 00-cnichain.conflist)"),
+    conflist: str = typer.Option("bridge-portmap", "--conflist", help="own mode: shipped conflist name or a file path"),
+    replace_foreign: bool = typer.Option(False, "--replace-foreign", help="own mode: overwrite same-named plugins cnichain did not write"),
+    agent_socket: str = typer.Option("/run/cnichain/agent.sock", "--agent-socket", help='Socket the launchers try first ("" never)'),
+    watch: bool = typer.Option(False, "--watch", help="chain mode: keep polling and rewrite ours when the primary changes"),
+    interval: float = typer.Option(5.0, "--interval", min=0.1, max=300.0, help="--watch poll interval, seconds"),
+) -> None:
+    """Stage the tree in versions/<id>, switch 'current', write launchers, run them, write the conflist last."""
+    from cnichain.cli.bundle.layout import LayoutError
+    from cnichain.cli.node import installer
+    from cnichain.cli.node.chain import ChainError
+
+    cfg = _node_config(host_root, prefix, bin_dir, conf_dir, mode, conf_name, conflist, replace_foreign, agent_socket)
+    try:
+        report = installer.install(cfg)
+    except (installer.InstallError, ChainError, LayoutError, OSError, ValueError) as exc:
+        _fail(str(exc))
+    for path in report.written:
+        typer.echo(f"wrote      {path}")
+    for path in report.unchanged:
+        typer.echo(f"unchanged  {path}")
+    for line in report.verified:
+        typer.echo(f"verified   {line}")
+    for path in report.removed:
+        typer.echo(f"pruned     {path}")
+    if watch and mode == "chain":
+        raise typer.Exit(installer.watch(cfg, interval, log=typer.echo))
+
+
+@node_app.command("uninstall")
+def node_uninstall(
+    host_root: str = typer.Option("/", "--host-root"),
+    prefix: str = typer.Option("/opt/cni", "--prefix"),
+    bin_dir: str = typer.Option("", "--bin-dir"),
+    conf_dir: str = typer.Option("/etc/cni/net.d", "--conf-dir"),
+    force: bool = typer.Option(False, "--force", help="Also remove our files that were changed since"),
+) -> None:
+    """Remove our conflist, launchers, 'current' and every version: the only command that removes the conflist."""
+    from cnichain.cli.node import installer
+
+    cfg = _node_config(host_root, prefix, bin_dir, conf_dir, "own", "", "", False, "")
+    try:
+        report = installer.uninstall(cfg, force=force)
+    except (installer.InstallError, OSError, ValueError) as exc:
+        _fail(str(exc))
+    for path in report.removed:
+        typer.echo(f"removed    {path}")
+    for note in report.notes:
+        typer.secho(note, fg=typer.colors.YELLOW)
+
+
+@node_app.command("probe")
+def node_probe(
+    socket_path: str = typer.Option("/run/cnichain/agent.sock", "--socket", help="The agent's socket"),
+) -> None:
+    """Readiness: exit 0 when the agent answers /metrics on ``<socket>.metrics`` (else: accepts on the socket).
+
+    The metrics endpoint is asked first because a bare connect to the CNI socket is an incomplete
+    request to the agent; it is served by the same event loop, so it answers only when requests would.
+    """
+    from cnichain.cli.agent.control import fetch_metrics
+    from cnichain.cli.agent.sockets import answers
+
+    metrics = socket_path + ".metrics"
+    if os.path.exists(metrics):
+        try:
+            fetch_metrics(metrics, timeout=2.0)
+        except (OSError, RuntimeError) as exc:
+            _fail(f"agent metrics on {metrics}: {exc}")
+    elif not answers(socket_path):
+        _fail(f"no agent on {socket_path}")
+    typer.echo(f"ready: {socket_path}")
 
 
 def main() -> None:

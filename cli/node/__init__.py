@@ -1,6 +1,7 @@
-"""What a node holds for each pod, read from the kernel, the plugins' state and the runtime's cache.
+"""``cnichain node install|uninstall``: put the bundled tree, launchers and a conflist onto a node safely.
 
-``cache`` reads libcni's result cache, ``files`` the plugins' files, ``kernel`` nftables and tc in
-the node namespace, ``view`` joins them per container and tells orphans, ``render`` prints, and
-``gc`` plans and runs the clean-up.  No typer here: ``cli/app.py`` is the thin layer.
+``atomic`` (file, symlink and directory replacement that a runtime never sees half done),
+``chain`` (pure: finding the primary conflist and deriving ours from it), ``verify`` (run the
+installed plugins before any conflist names them), ``installer`` (the order of it all),
+``state`` (what we wrote, so uninstall removes exactly that).
 """

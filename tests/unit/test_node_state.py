@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 
-from cnichain.cli.node import cache, files, kernel, view
+from cnichain.cli.podstate import cache, files, kernel, view
 
 CONFLIST = {"cniVersion": "1.0.0", "name": "k8s", "plugins": [
     {"type": "bridge", "ipam": {"type": "host-local", "dataDir": "/srv/ipam", "subnet": "10.1.0.0/24"}},
@@ -91,7 +91,7 @@ def test_portmap_listing():
 
 
 def test_gc_plan_keeps_every_interface_of_a_valid_pod_and_deletes_dead_ones():
-    from cnichain.cli.node import gc
+    from cnichain.cli.podstate import gc
 
     conflist = dict(CONFLIST, cniVersion="1.1.0")
     alive = cache.parse_entry("/c/results/k8s-abc123-net1", libcni_entry().replace(b'"eth0"', b'"net1"'))
