@@ -58,7 +58,7 @@ def exec_cmd(
     cap: List[str] = typer.Option([], "--cap", help="Capability argument NAME=JSON, e.g. portMappings='[...]' (repeatable)"),
     cap_file: List[str] = typer.Option([], "--cap-file", help="JSON file with an object of capability args"),
     arg: List[str] = typer.Option([], "--arg", help="CNI_ARGS pair K=V (repeatable)"),
-    valid: List[str] = typer.Option([], "--valid", help="GC: a live attachment CONTAINERID[/IFNAME] (repeatable)"),
+    valid: List[str] = typer.Option([], "--valid", help="GC: a live attachment CONTAINERID or CONTAINERID/IFNAME (repeatable)"),
     node_netns: str = typer.Option("", "--node-netns", help="Run the plugins inside this namespace instead of the caller's"),
 ) -> None:
     """Run a CNI config list the way containerd / CRI-O do (ADD in order, DEL in reverse with the cached result)."""
@@ -171,58 +171,118 @@ def demo(
 
 
 @app.command()
-def inspect(
-    network: str = typer.Argument(..., help="Network name"),
-    cache_dir: str = typer.Option(DEFAULT_CACHE, "--cache-dir"),
+def lint(
+    paths: List[str] = typer.Argument(..., help="Conflist files, or directories of them (e.g. /etc/cni/net.d)"),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable findings for CI"),
+    bin_dir: List[str] = typer.Option([], "--bin-dir", help="Also report plugin types missing from this directory (repeatable)"),
+    tuning_allowlist: str = typer.Option("", "--tuning-allowlist", help="The node's tuning sysctl allowlist file to check sysctl keys against"),
 ) -> None:
-    """Show the attachments the runner cached for a network, and whether their netns still exists."""
-    from cnichain.cli.runtime import Runtime
+    """Check conflists before they reach a node: syntax, versions, keys, values, capabilities, chain order.
 
-    entries = Runtime([], cache_dir).cached_attachments(network)
-    if not entries:
-        typer.echo(f"no attachments cached for {network} in {cache_dir}")
-        return
-    for e in entries:
-        netns = e.get("netns") or ""
-        alive = "alive" if netns and os.path.exists(netns) else "gone"
-        ips = [ip.get("address") for ip in (e.get("result") or {}).get("ips", [])]
-        typer.echo(f"{e.get('containerId')}  {e.get('ifName')}  netns={netns or '-'} ({alive})  ips={','.join(ips)}")
+    Exits 1 when any file has an error; warnings alone exit 0.
+    """
+    from cnichain.cli import lint as lint_mod
+
+    allowlist = None
+    if tuning_allowlist:
+        from cnichain.plugins.tuning.config import read_allowlist
+
+        if not os.path.isfile(tuning_allowlist):
+            _fail(f"--tuning-allowlist {tuning_allowlist}: no such file", 2)
+        try:
+            allowlist = read_allowlist(tuning_allowlist)
+        except Exception as exc:  # CniError: unreadable
+            _fail(str(exc), 2)
+    reports = lint_mod.lint_paths(paths, lint_mod.Options(bin_dirs=bin_dir, tuning_allowlist=allowlist))
+    typer.echo(lint_mod.render_json(reports) if as_json else lint_mod.render_text(reports))
+    raise typer.Exit(1 if lint_mod.failed(reports) else 0)
+
+
+NODE_CACHE_DIRS = ["/var/lib/cni", DEFAULT_CACHE]
+
+
+@app.command()
+def inspect(
+    network: str = typer.Argument("", help="Only containers attached to this network"),
+    container: str = typer.Option("", "--container", help="Only this container ID"),
+    as_json: bool = typer.Option(False, "--json", help="The whole view as JSON"),
+    cache_dir: List[str] = typer.Option(NODE_CACHE_DIRS, "--cache-dir", help="A result cache root holding results/ (repeatable): libcni's /var/lib/cni, our runner's"),
+    ipam_dir: List[str] = typer.Option(["/var/lib/cni/networks"], "--ipam-dir", help="host-local dataDir (repeatable; dirs named in cached conflists are added)"),
+    tuning_dir: List[str] = typer.Option(["/run/cni/tuning"], "--tuning-dir", help="tuning dataDir (repeatable; dirs named in cached conflists are added)"),
+    node_netns: str = typer.Option("", "--node-netns", help="Read kernel state in this namespace instead of the caller's"),
+    live: List[str] = typer.Option([], "--live", help="A container ID that is alive (repeatable): every other one is an orphan"),
+) -> None:
+    """Show, per container, what our plugins hold on this node and flag orphans, whichever runtime made the pods.
+
+    Reads host-local reservations, tuning backups, portmap mappings, bandwidth shaping and bridge masquerade rules from the kernel and the plugins' files, joined with the runtimes' result cache. A container is an orphan when it is not in --live (if given), has no cache entry, its cached netns is gone, or its IFB has lost its veth.
+    """
+    from cnichain.cli.podstate import render, view
+
+    try:
+        view.check_inputs(cache_dir, ipam_dir, tuning_dir, node_netns, [container, *live] if container else live, network)
+    except ValueError as exc:
+        _fail(str(exc), 2)
+    src = view.Sources(cache_dirs=cache_dir, ipam_dirs=ipam_dir, tuning_dirs=tuning_dir,
+                       node_netns=node_netns or None, live=set(live) if live else None)
+    node = view.collect(src, network=network, container=container)
+    typer.echo(render.render_json(node) if as_json else render.render_text(node))
 
 
 @app.command()
 def gc(
-    conflist: str = typer.Argument(..., help="Path to the network's conflist"),
-    cache_dir: str = typer.Option(DEFAULT_CACHE, "--cache-dir"),
-    bin_dir: List[str] = typer.Option([], "--bin-dir"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Only print what would be collected"),
+    conflist: str = typer.Argument("", help="The network's conflist: limits gc to that network and is used where the cache holds no config"),
+    apply: bool = typer.Option(False, "--apply", help="Run the DELs and GCs (default: only show them)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only show what would be collected (the default; kept for scripts)"),
+    valid: List[str] = typer.Option([], "--valid", help="A live attachment CONTAINERID or CONTAINERID/IFNAME (repeatable); when given, every other one is collected"),
+    cache_dir: List[str] = typer.Option(NODE_CACHE_DIRS, "--cache-dir", help="A result cache root holding results/ (repeatable)"),
+    bin_dir: List[str] = typer.Option([], "--bin-dir", help="Plugin directory (repeatable); default $CNI_PATH or /opt/cni/bin"),
+    node_netns: str = typer.Option("", "--node-netns", help="Run the plugins and read kernel state in this namespace"),
+    ipam_dir: List[str] = typer.Option(["/var/lib/cni/networks"], "--ipam-dir", help="host-local dataDir to list what GC removes (repeatable)"),
+    tuning_dir: List[str] = typer.Option(["/run/cni/tuning"], "--tuning-dir", help="tuning dataDir (repeatable)"),
 ) -> None:
-    """DEL cached attachments whose netns is gone, then CNI GC with the live ones as valid attachments."""
-    from cnichain.cli.runtime import Attachment, ConfigError, ConfList, PluginFailed, Runtime
+    """Collect attachments of pods that no longer exist, from any runtime's result cache or a --valid list.
 
+    DEL for each cached attachment without a live pod (its netns is gone, or it is not in --valid), with the conflist, result and arguments the runtime cached; then CNI GC per network (cniVersion 1.1.0) with the live attachments as valid. Shows the plan and changes nothing unless --apply.
+    """
+    from cnichain.cli.podstate import cache as cache_mod
+    from cnichain.cli.podstate import gc as gc_mod
+    from cnichain.cli.podstate import view
+    from cnichain.cli.runtime import ConfigError, ConfList, Runtime
+
+    pairs = gc_mod.parse_valid(valid)
     try:
-        conf = ConfList.load(conflist)
-    except ConfigError as exc:
-        _fail(str(exc))
-    dirs = bin_dir or [d for d in os.environ.get("CNI_PATH", "").split(":") if d] or DEFAULT_BIN_DIRS
-    runtime = Runtime(dirs, cache_dir)
-    live: list[tuple[str, str]] = []
-    for e in runtime.cached_attachments(conf.name):
-        cid, ifn, netns = str(e.get("containerId")), str(e.get("ifName")), str(e.get("netns") or "")
-        if netns and os.path.exists(netns):
-            live.append((cid, ifn))
-            continue
-        typer.echo(f"stale: {cid}/{ifn} (netns {netns or '-'} gone)")
-        if not dry_run:
-            try:
-                runtime.delete(conf, Attachment(cid, "", ifn))
-            except PluginFailed as exc:
-                typer.secho(f"  DEL failed: {exc}", fg=typer.colors.YELLOW)
-    if not dry_run:
+        view.check_inputs(cache_dir, ipam_dir, tuning_dir, node_netns, [c for c, _ in pairs])
+    except ValueError as exc:
+        _fail(str(exc), 2)
+    if any(i and not cache_mod.valid_ifname(i) for _, i in pairs):
+        _fail("--valid: invalid interface name", 2)
+    if apply and dry_run:
+        _fail("--apply and --dry-run contradict each other", 2)
+    conf_doc = None
+    if conflist:
         try:
-            runtime.gc(conf, live)
-        except PluginFailed as exc:
+            conf_doc = ConfList.load(conflist).raw
+        except ConfigError as exc:
             _fail(str(exc))
-    typer.echo(f"{len(live)} live attachment(s) kept")
+    entries = [e for d in cache_dir for e in cache_mod.read_cache(d)]
+    if conf_doc is not None:
+        entries = [e for e in entries if e.network == conf_doc.get("name")]
+    src = view.Sources(cache_dirs=cache_dir, ipam_dirs=ipam_dir, tuning_dirs=tuning_dir, node_netns=node_netns or None)
+    node = view.collect(src, network=str(conf_doc.get("name")) if conf_doc else "")
+    plan = gc_mod.build(entries, conf_doc, pairs if valid else None, node)
+    if not apply:
+        typer.echo(gc_mod.render(plan))
+        return
+    dirs = bin_dir or [d for d in os.environ.get("CNI_PATH", "").split(":") if d] or DEFAULT_BIN_DIRS
+
+    def runtime_for(entry):  # the cache root the entry lives in, so DEL finds its cached result
+        root = os.path.dirname(os.path.dirname(entry.path)) if entry is not None else cache_dir[0]
+        return Runtime(dirs, root, node_netns=node_netns or None)
+
+    lines, ok = gc_mod.execute(plan, runtime_for)
+    typer.echo(gc_mod.render(plan, lines))
+    if not ok:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -269,6 +329,108 @@ def agent(
     raise typer.Exit(serve(socket_path, metrics_socket=metrics_socket, metrics_port=metrics_port,
                            request_timeout=request_timeout, max_workers=max_workers, log_file=log_file or None,
                            pool_size=max(0, pool)))
+
+
+@app.command()
+def version(verbose: bool = typer.Option(False, "--verbose", "-v", help="Also every carried Debian package and Python distribution")) -> None:
+    """Print cnichain's version; from a bundled tree, also what it was built from (see ./run bundle)."""
+    from cnichain.cli.bundle.manifest import describe, running_manifest
+
+    for line in describe(running_manifest(), verbose):
+        typer.echo(line)
+
+
+node_app = typer.Typer(no_args_is_help=True, help="Install the bundled tree onto a node (the DaemonSet's init container), or remove it.")
+app.add_typer(node_app, name="node")
+
+
+def _node_config(host_root: str, prefix: str, bin_dir: str, conf_dir: str, mode: str, conf_name: str,
+                 conflist: str, replace_foreign: bool, agent_socket: str):
+    from cnichain.cli.node.installer import NodeConfig
+
+    return NodeConfig(host_root=host_root, prefix=prefix, bin_dir=bin_dir, conf_dir=conf_dir, mode=mode,
+                      conf_name=conf_name, conflist=conflist, replace_foreign=replace_foreign, agent_socket=agent_socket)
+
+
+@node_app.command("install")
+def node_install(
+    host_root: str = typer.Option("/", "--host-root", help="Where the host's / is mounted in this container"),
+    prefix: str = typer.Option("/opt/cni", "--prefix", help="Host prefix the tree was built for (<prefix>/cnichain)"),
+    bin_dir: str = typer.Option("", "--bin-dir", help="Host CNI bin dir (default <prefix>/bin)"),
+    conf_dir: str = typer.Option("/etc/cni/net.d", "--conf-dir", help="Host CNI conf dir"),
+    mode: str = typer.Option("own", "--mode", help="own: our bridge conflist; chain: our meta plugins chained into the primary's"),
+    conf_name: str = typer.Option("", "--conf-name", help="Our conflist's file name (default 10-cnichain.conflist / 00-cnichain.conflist)"),
+    conflist: str = typer.Option("bridge-portmap", "--conflist", help="own mode: shipped conflist name or a file path"),
+    replace_foreign: bool = typer.Option(False, "--replace-foreign", help="own mode: overwrite same-named plugins cnichain did not write"),
+    agent_socket: str = typer.Option("/run/cnichain/agent.sock", "--agent-socket", help='Socket the launchers try first ("" never)'),
+    watch: bool = typer.Option(False, "--watch", help="chain mode: keep polling and rewrite ours when the primary changes"),
+    interval: float = typer.Option(5.0, "--interval", min=0.1, max=300.0, help="--watch poll interval, seconds"),
+) -> None:
+    """Stage the tree in versions/<id>, switch 'current', write launchers, run them, write the conflist last."""
+    from cnichain.cli.bundle.layout import LayoutError
+    from cnichain.cli.node import installer
+    from cnichain.cli.node.chain import ChainError
+
+    cfg = _node_config(host_root, prefix, bin_dir, conf_dir, mode, conf_name, conflist, replace_foreign, agent_socket)
+    try:
+        report = installer.install(cfg)
+    except (installer.InstallError, ChainError, LayoutError, OSError, ValueError) as exc:
+        _fail(str(exc))
+    for path in report.written:
+        typer.echo(f"wrote      {path}")
+    for path in report.unchanged:
+        typer.echo(f"unchanged  {path}")
+    for line in report.verified:
+        typer.echo(f"verified   {line}")
+    for path in report.removed:
+        typer.echo(f"pruned     {path}")
+    if watch and mode == "chain":
+        raise typer.Exit(installer.watch(cfg, interval, log=typer.echo))
+
+
+@node_app.command("uninstall")
+def node_uninstall(
+    host_root: str = typer.Option("/", "--host-root"),
+    prefix: str = typer.Option("/opt/cni", "--prefix"),
+    bin_dir: str = typer.Option("", "--bin-dir"),
+    conf_dir: str = typer.Option("/etc/cni/net.d", "--conf-dir"),
+    force: bool = typer.Option(False, "--force", help="Also remove our files that were changed since"),
+) -> None:
+    """Remove our conflist, launchers, 'current' and every version: the only command that removes the conflist."""
+    from cnichain.cli.node import installer
+
+    cfg = _node_config(host_root, prefix, bin_dir, conf_dir, "own", "", "", False, "")
+    try:
+        report = installer.uninstall(cfg, force=force)
+    except (installer.InstallError, OSError, ValueError) as exc:
+        _fail(str(exc))
+    for path in report.removed:
+        typer.echo(f"removed    {path}")
+    for note in report.notes:
+        typer.secho(note, fg=typer.colors.YELLOW)
+
+
+@node_app.command("probe")
+def node_probe(
+    socket_path: str = typer.Option("/run/cnichain/agent.sock", "--socket", help="The agent's socket"),
+) -> None:
+    """Readiness: exit 0 when the agent answers /metrics on ``<socket>.metrics`` (else: accepts on the socket).
+
+    The metrics endpoint is asked first because a bare connect to the CNI socket is an incomplete
+    request to the agent; it is served by the same event loop, so it answers only when requests would.
+    """
+    from cnichain.cli.agent.control import fetch_metrics
+    from cnichain.cli.agent.sockets import answers
+
+    metrics = socket_path + ".metrics"
+    if os.path.exists(metrics):
+        try:
+            fetch_metrics(metrics, timeout=2.0)
+        except (OSError, RuntimeError) as exc:
+            _fail(f"agent metrics on {metrics}: {exc}")
+    elif not answers(socket_path):
+        _fail(f"no agent on {socket_path}")
+    typer.echo(f"ready: {socket_path}")
 
 
 def main() -> None:

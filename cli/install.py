@@ -66,8 +66,12 @@ def launcher_source(
     python: Optional[str] = None,
     roots: Optional[list[str]] = None,
     agent_socket: Optional[str] = None,
+    prefix_relative: bool = False,
 ) -> str:
     """The executable for one plugin: try the node agent first, else run the plugin in-process.
+
+    ``prefix_relative``: ``roots`` are relative to the interpreter's tree (a bundled tree,
+    cli/bundle/), pinned to one version directory (see :func:`_pinned_prefix_path`).
 
     ``agent_socket`` is baked in (default: ``$CNICHAIN_AGENT_SOCKET`` at install time, else
     /run/cnichain/agent.sock); ``""`` writes a launcher that never contacts an agent.  Otherwise
@@ -83,7 +87,7 @@ def launcher_source(
         f"#!{python} -IS\n"
         f"{MARKER} (written by 'cnichain install'; do not edit)\n"
         "import sys\n"
-        f"sys.path[0:0] = {roots!r}\n"
+        + (_pinned_prefix_path(roots) if prefix_relative else f"sys.path[0:0] = {roots!r}\n")
     )
     # The cold tail leaves through os._exit once stdout/stderr are flushed: the interpreter's
     # teardown (module and object finalisation, ~1.5 ms of every exec) has nothing to do for a
@@ -108,6 +112,26 @@ def launcher_source(
         "    import posix\n"
         "    posix._exit(code)\n"
     ) + cold
+
+
+def _pinned_prefix_path(roots: list[str]) -> str:
+    """Import path lines for a launcher whose interpreter is reached through a ``current`` symlink.
+
+    The symlink is read once, at start, and every import path (stdlib included) is pinned to the
+    version directory it named then, so a plugin running while an upgrade switches the symlink
+    keeps importing from one version only.  ``posix`` is built in and already loaded: no cost.
+    """
+    return (
+        "import posix\n"
+        "p = sys.prefix\n"
+        "try:\n"
+        "    t = posix.readlink(p)\n"
+        "    v = t if t[:1] == '/' else p.rsplit('/', 1)[0] + '/' + t\n"
+        "    sys.path[:] = [v + e[len(p):] if e[:len(p) + 1] == p + '/' else e for e in sys.path]\n"
+        "except OSError:\n"
+        "    v = p\n"
+        f"sys.path[0:0] = [v + '/' + r for r in {roots!r}]\n"
+    )
 
 
 def conflists_dir() -> str:

@@ -1,0 +1,124 @@
+"""Run each plugin's own pure config parser on a conflist entry, as the runtime would hand it over.
+
+Rules are not re-implemented here: whatever a plugin would refuse at ADD before touching the kernel,
+its parser refuses now, in its own words.  The entry gets the network name and cniVersion the
+runtime injects and loses ``capabilities`` (libcni replaces them with ``runtimeConfig``); a static
+``runtimeConfig`` written in the file is left as libcni leaves it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Optional
+
+from cnichain.common.errors import CniError
+
+# "Go struct field PortMapEntry.runtimeConfig.portMappings.hostPort of type int" -> the json path.
+_GO_FIELD = re.compile(r"Go struct field [A-Za-z0-9_]*\.(\S+) of type")
+_SYSCTL_KEY = re.compile(r'invalid net sysctl key: "(.*)"')
+_SYSCTL_DENIED = re.compile(r"^Sysctl (\S+) is not allowed")
+
+
+class Problem:
+    """One refusal: the plugin's message and, when it can be told, the key it is about."""
+
+    __slots__ = ("message", "key")
+
+    def __init__(self, message: str, key: str = "") -> None:
+        self.message = message
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"Problem({self.message!r}, key={self.key!r})"
+
+
+def key_of(message: str) -> str:
+    """The dotted key a parser message is about, read from Go's type errors and our sysctl texts."""
+    for rx, fmt in ((_GO_FIELD, "{}"), (_SYSCTL_KEY, "sysctl.{}"), (_SYSCTL_DENIED, "sysctl.{}")):
+        m = rx.search(message)
+        if m:
+            return fmt.format(m.group(1))
+    return ""
+
+
+def runtime_view(entry: dict, network: str, cni_version: str) -> dict:
+    """The entry as a plugin receives it from libcni (before capability arguments are known)."""
+    conf = dict(entry)
+    conf.pop("capabilities", None)
+    conf["name"] = network
+    conf["cniVersion"] = cni_version
+    return conf
+
+
+def _run(fn: Callable[[], object]) -> Optional[Problem]:
+    try:
+        fn()
+    except CniError as exc:
+        msg = str(exc)
+        return Problem(msg, key_of(msg))
+    return None
+
+
+def check_portmap(conf: dict) -> list[Problem]:
+    from cnichain.plugins.portmap.config import parse_config
+
+    p = _run(lambda: parse_config(conf))
+    return [p] if p else []
+
+
+def check_bandwidth(conf: dict) -> list[Problem]:
+    from cnichain.plugins.bandwidth.config import parse_config
+
+    p = _run(lambda: parse_config(conf))
+    return [p] if p else []
+
+
+def check_route_override(conf: dict) -> list[Problem]:
+    from cnichain.plugins.route_override.config import load
+
+    p = _run(lambda: load(conf))
+    return [p] if p else []
+
+
+def check_tuning(conf: dict, allowlist: Optional[list[str]], duplicated_sysctl: bool) -> list[Problem]:
+    """tuning's load, its sysctl key rules (for a placeholder ifname) and, if given, the allowlist."""
+    from cnichain.plugins.tuning import config as tc
+
+    if duplicated_sysctl:
+        return [Problem("duplicated sysctl keys are not allowed", "sysctl")]
+    cfg_box: list = []
+    p = _run(lambda: cfg_box.append(tc.load(conf, "")))
+    if p:
+        return [p]
+    cfg = cfg_box[0]
+    p = _run(lambda: tc.resolve_sysctls(cfg, "eth0"))
+    if p:
+        return [p]
+    if allowlist is not None:
+        p = _run(lambda: tc.check_allowlist(cfg, allowlist))
+        if p:
+            return [p]
+    return []
+
+
+def check_bridge(conf: dict) -> list[Problem]:
+    from cnichain.plugins.bridge.config import load_config
+
+    p = _run(lambda: load_config(conf, ""))
+    return [p] if p else []
+
+
+def check_host_local(conf: dict, ranges_from_runtime: bool) -> list[Problem]:
+    """host-local's loader on the whole network config (it reads ``ipam`` from it).
+
+    With the ``ipRanges`` capability the ranges may come from the runtime, so "no IP ranges
+    specified" is then not a problem of the file.
+    """
+    from cnichain.plugins.host_local.config import load_ipam_config
+
+    p = _run(lambda: load_ipam_config(conf, ""))
+    if p is None or (ranges_from_runtime and p.message == "no IP ranges specified"):
+        return []
+    if not p.key:
+        p.key = "ipam"
+    return [p]

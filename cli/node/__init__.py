@@ -1,0 +1,7 @@
+"""``cnichain node install|uninstall``: put the bundled tree, launchers and a conflist onto a node safely.
+
+``atomic`` (file, symlink and directory replacement that a runtime never sees half done),
+``chain`` (pure: finding the primary conflist and deriving ours from it), ``verify`` (run the
+installed plugins before any conflist names them), ``installer`` (the order of it all),
+``state`` (what we wrote, so uninstall removes exactly that).
+"""

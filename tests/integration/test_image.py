@@ -1,0 +1,98 @@
+"""The OCI image (cli/bundle/image.py): built with podman into private storage, then run.
+
+podman here needs ``--runtime runc`` and explicit ulimits; the storage is a temp dir, reset and
+removed afterwards, so the machine's own podman storage is never touched.  Skipped without podman
+or when podman cannot run a container on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from cnichain.cli.bundle import image, layout
+
+pytestmark = pytest.mark.integration
+
+RUN_OPTS = ["--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "--network", "none"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, bundle):
+    if os.geteuid() != 0 or not shutil.which("podman") or not shutil.which("patchelf"):
+        pytest.skip("needs root, podman and patchelf")
+    import tempfile
+
+    work = tmp_path_factory.mktemp("image")
+    storage = tempfile.mkdtemp(prefix="cnimg-")  # podman refuses a runroot path over 50 characters
+    info = subprocess.run([*image.podman_argv(storage), "info"], capture_output=True, text=True, timeout=120)
+    if info.returncode != 0:
+        shutil.rmtree(storage, ignore_errors=True)
+        pytest.skip(f"podman cannot work here: {info.stderr.strip()[-300:]}")
+    try:
+        report = image.build_image(str(work / "cnichain.tar"), tag="localhost/cnichain:test", storage=storage,
+                                   built=bundle.out)
+        yield report, image.podman_argv(storage)
+    finally:
+        subprocess.run([*image.podman_argv(storage), "system", "reset", "--force"], capture_output=True, timeout=120)
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(storage, ignore_errors=True)
+
+
+def test_containerfile_is_scratch_plus_tree():
+    text = image.containerfile("/opt/cni")
+    assert text.startswith("FROM scratch\n") and "COPY opt /opt" in text
+    entry = json.loads(text.split("ENTRYPOINT ", 1)[1].splitlines()[0])
+    assert entry[0] == layout.launcher_python("/opt/cni") and entry[-1].endswith("/" + layout.CLI_REL)
+
+
+def test_image_runs_cnichain_version(built):
+    report, podman = built
+    assert os.path.getsize(report.archive) == report.archive_bytes > 0
+    out = subprocess.run([*podman, "run", "--rm", *RUN_OPTS, report.tag, "version", "--verbose"],
+                         capture_output=True, text=True, timeout=300)
+    if out.returncode != 0 and ("OCI runtime" in out.stderr or "cgroup" in out.stderr):
+        pytest.skip(f"podman cannot run containers here: {out.stderr.strip()[-300:]}")
+    assert out.returncode == 0, out.stderr
+    assert report.tree_id in out.stdout and "libnftables1" in out.stdout
+
+
+def test_archive_is_an_oci_layout(built):
+    import tarfile
+
+    report, _ = built
+    with tarfile.open(report.archive) as tar:
+        names = set(tar.getnames())
+    assert "oci-layout" in names and "index.json" in names
+
+
+def test_image_installs_onto_a_host_without_python(built, tmp_path):
+    """The init container's job: 'node install' from the image into a host dir, then the host's
+    plugins run in an empty root made of that dir alone (no Python, no libc, no shell there)."""
+    report, podman = built
+    host = tmp_path / "host"
+    (host / "etc/cni/net.d").mkdir(parents=True)
+    try:
+        _install_and_run(report, podman, host)
+    finally:
+        shutil.rmtree(host, ignore_errors=True)  # a 70 MB tree: do not leave it to pytest's retention
+
+
+def _install_and_run(report, podman, host) -> None:
+    from tests.emptyroot import run_in_root
+
+    out = subprocess.run([*podman, "run", "--rm", *RUN_OPTS, "-v", f"{host}:/host", report.tag,
+                          "node", "install", "--host-root", "/host"], capture_output=True, text=True, timeout=300)
+    if out.returncode != 0 and ("OCI runtime" in out.stderr or "cgroup" in out.stderr):
+        pytest.skip(f"podman cannot run containers here: {out.stderr.strip()[-300:]}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("verified ") == 6
+    assert os.readlink(host / "opt/cni/cnichain/current") == f"versions/{report.tree_id}"
+    assert (host / "etc/cni/net.d/10-cnichain.conflist").exists()
+    ran = run_in_root(str(host), ["/opt/cni/bin/bridge"], [], env={"CNI_COMMAND": "VERSION"})
+    assert ran.returncode == 0, ran.stderr
+    assert "1.1.0" in json.loads(ran.stdout)["supportedVersions"]

@@ -1,0 +1,99 @@
+"""What a pod may leave on a node after its sandbox is gone, read from the kernel and the disk.
+
+StopPodSandbox/RemovePodSandbox (or ``podman rm -f``) must undo everything the chain did: portmap's
+per-container chains and map elements, bandwidth's IFB and qdiscs, bridge's host veth, host-local's
+reservation, tuning's backup file, and the runtime's pod netns and libcni result cache.  Each check
+returns a list of human-readable findings so a failing assertion says exactly what was left.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Callable
+
+PORTMAP_TABLE = ("inet", "cnichain_portmap")
+PORTMAP_OWNED_PREFIXES = ("c-", "m-", "b-")
+IPAM_DIR = "/var/lib/cni/networks"
+LIBCNI_CACHE_DIR = "/var/lib/cni/results"  # the runtime's (libcni's) cached results and capability args
+TUNING_DIR = "/run/cni/tuning"
+NETNS_DIR = "/run/netns"
+
+Run = Callable[..., subprocess.CompletedProcess]  # Node.node_run: run argv inside the node
+
+
+def _json(run: Run, *argv: str) -> list:
+    text = run(*argv, check=False).stdout or ""
+    return json.loads(text) if text.strip() else []
+
+
+def portmap_entries(run: Run) -> list[str]:
+    """Per-container chains and map elements in our portmap table (the shared skeleton may stay)."""
+    family, table = PORTMAP_TABLE
+    proc = run("nft", "-j", "list", "table", family, table, check=False)
+    if proc.returncode != 0:
+        return []  # no table at all: nothing left
+    found = []
+    for item in json.loads(proc.stdout).get("nftables", []):
+        chain = item.get("chain")
+        if chain and chain.get("name", "").startswith(PORTMAP_OWNED_PREFIXES):
+            found.append(f"chain {chain['name']}")
+        nft_map = item.get("map")
+        if nft_map and nft_map.get("elem"):
+            found.append(f"map {nft_map['name']}: {len(nft_map['elem'])} element(s)")
+    return found
+
+
+def portmap_rule_count(run: Run) -> int:
+    """Rules in per-container chains: > 0 while a pod with hostPorts is up."""
+    family, table = PORTMAP_TABLE
+    proc = run("nft", "-j", "list", "table", family, table, check=False)
+    if proc.returncode != 0:
+        return 0
+    return sum(1 for item in json.loads(proc.stdout).get("nftables", [])
+               if "rule" in item and item["rule"].get("chain", "").startswith(PORTMAP_OWNED_PREFIXES))
+
+
+def ifbs(run: Run) -> list[str]:
+    return [f"ifb {link['ifname']}" for link in _json(run, "ip", "-j", "link", "show", "type", "ifb")]
+
+
+def shaping_qdiscs(run: Run) -> list[str]:
+    """TBF, ingress and clsact qdiscs anywhere on the node (bandwidth's footprint)."""
+    return [f"qdisc {q.get('kind')} on {q.get('dev')}" for q in _json(run, "tc", "-j", "qdisc", "show")
+            if q.get("kind") in ("tbf", "ingress", "clsact")]
+
+
+def pod_veths(run: Run) -> list[str]:
+    """Host ends of pod veths (bridge names them ``veth`` + 8 hex; the client link is not one)."""
+    return [f"veth {link['ifname']}" for link in _json(run, "ip", "-j", "link", "show", "type", "veth")
+            if link.get("ifname", "").startswith("veth")]
+
+
+def files_in(run: Run, directory: str, ignore: tuple[str, ...] = ()) -> list[str]:
+    proc = run("find", directory, "-mindepth", "1", "-not", "-type", "d", check=False)
+    names = [line for line in (proc.stdout or "").splitlines() if line]
+    return [n for n in names if not n.rsplit("/", 1)[-1].startswith(ignore)]
+
+
+def ipam_reservations(run: Run) -> list[str]:
+    return files_in(run, IPAM_DIR, ignore=("lock", "last_reserved_ip"))
+
+
+def cached_capability_args(run: Run, network: str, container_id: str, ifname: str = "eth0") -> dict:
+    """The capability args the runtime passed for one attachment, as libcni cached them.
+
+    This is the runtime's own record of what it sent, so a test can show that it exercised the
+    shape it claims to (e.g. containerd's ``{"HostPort": ...}``), not just that a pod came up.
+    """
+    proc = run("cat", f"{LIBCNI_CACHE_DIR}/{network}-{container_id}-{ifname}")
+    return json.loads(proc.stdout).get("capabilityArgs", {})
+
+
+def everything(run: Run, with_netns: bool = True) -> list[str]:
+    """All findings; an empty list means the node is as clean as before the pod."""
+    found = portmap_entries(run) + ifbs(run) + shaping_qdiscs(run) + pod_veths(run) + ipam_reservations(run)
+    found += files_in(run, TUNING_DIR) + files_in(run, LIBCNI_CACHE_DIR)
+    if with_netns:
+        found += files_in(run, NETNS_DIR)
+    return found

@@ -1,0 +1,113 @@
+"""Real traffic for the runtime suite: TCP requests, UDP datagrams and iperf3 rates.
+
+Every helper takes argv prefixes (``ip netns exec CLIENT``, ``nsenter -t PID -n``) instead of
+namespace names, because the two ends live in different kinds of namespaces: the client in a
+named lab namespace, servers in a pod's netns that only the runtime's private mounts can name.
+All waits are bounded; nothing asserts on wall-clock time.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+
+def pod_argv(pid: int, *argv: str) -> list[str]:
+    """``argv`` run in the network namespace of process ``pid`` (a pod's pause or container)."""
+    return ["nsenter", "-t", str(pid), "-n", "--", *argv]
+
+
+def wait_listening(prefix: list[str], port: int, proto: str = "tcp", timeout: float = 10.0) -> None:
+    flag = "-Hltn" if proto == "tcp" else "-Hlun"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc = subprocess.run([*prefix, "ss", flag, f"sport = :{port}"], capture_output=True, text=True, timeout=10)
+        if proc.stdout.strip():
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {proto} port {port}")
+
+
+def tcp_request(client: list[str], ip: str, port: int, payload: bytes, attempts: int = 3) -> bytes:
+    """Connect, send ``payload``, half-close, return everything the server sent back.
+
+    Retried a bounded number of times only on an empty answer (a refused or timed-out connect).
+    """
+    out = b""
+    for _ in range(attempts):
+        proc = subprocess.run([*client, "socat", "-T", "5", "-", f"TCP:{ip}:{port},connect-timeout=3"],
+                              input=payload, capture_output=True, timeout=30)
+        out = proc.stdout
+        if out:
+            return out
+        time.sleep(0.3)
+    return out
+
+
+def http_get(client: list[str], ip: str, port: int) -> bytes:
+    return tcp_request(client, ip, port, b"GET / HTTP/1.0\r\nHost: e2e\r\n\r\n")
+
+
+def udp_exchange(client: list[str], ip: str, port: int, payload: bytes, attempts: int = 3) -> bytes:
+    """Send one datagram and return the first datagram that comes back (bounded retries)."""
+    out = b""
+    for _ in range(attempts):
+        proc = subprocess.run([*client, "socat", "-T", "2", "-", f"UDP:{ip}:{port}"],
+                              input=payload, capture_output=True, timeout=30)
+        out = proc.stdout
+        if out:
+            return out
+    return out
+
+
+def start_echo(server: list[str], port: int, proto: str) -> subprocess.Popen:
+    """A socat echo server (TCP or UDP) on ``port`` in the namespace ``server`` enters."""
+    spec = f"TCP-LISTEN:{port},fork,reuseaddr" if proto == "tcp" else f"UDP-RECVFROM:{port},fork,reuseaddr"
+    proc = subprocess.Popen([*server, "socat", spec, "PIPE"], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_listening(server, port, proto)
+    return proc
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=10)
+
+
+def iperf_rate(server: list[str], client: list[str], server_ip: str, reverse: bool, seconds: int = 4,
+               omit: int = 1, port: int = 5201) -> float:
+    """One bounded iperf3 TCP test; the receiver's bits/s (``reverse``: the server sends)."""
+    srv = subprocess.Popen([*server, "iperf3", "-s", "-1", "-B", server_ip, "-p", str(port)],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_listening(server, port)
+        argv = ["iperf3", "-c", server_ip, "-p", str(port), "-t", str(seconds), "-O", str(omit), "-J",
+                "--connect-timeout", "3000"] + (["-R"] if reverse else [])
+        proc = subprocess.run([*client, *argv], capture_output=True, text=True, timeout=seconds + omit + 30)
+        data = json.loads(proc.stdout or "{}")
+        if "error" in data:
+            raise RuntimeError(f"iperf3: {data['error']}")
+        return float(data["end"]["sum_received"]["bits_per_second"])
+    finally:
+        try:
+            srv.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+            srv.wait()
+
+
+def rate_within(measure, target: float, tolerance: float = 0.10, attempts: int = 3) -> tuple[bool, list[float]]:
+    """Call ``measure()`` until a rate is within ``tolerance`` of ``target`` (bounded attempts).
+
+    The machine is shared, so one run can be disturbed; a shaper that is wrong stays wrong on
+    every attempt, so a retry cannot hide a real defect.
+    """
+    rates: list[float] = []
+    for _ in range(attempts):
+        rate = measure()
+        rates.append(rate)
+        if abs(rate - target) <= tolerance * target:
+            return True, rates
+    return False, rates

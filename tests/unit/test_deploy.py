@@ -1,0 +1,256 @@
+"""The Kubernetes manifests (deploy/kubernetes, kustomize) and the Helm chart (deploy/helm/cnichain).
+
+Both are rendered here without a cluster: kustomize overlays by applying their JSON patches to the
+base (and with ``kubectl kustomize`` too when kubectl is installed), the chart by a small renderer
+of the few template constructs it is allowed to use.  Then the same checks run on every rendering:
+node-DaemonSet conventions, and host paths, socket and commands agreeing with the installer's and
+the agent's own defaults and options.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+yaml = pytest.importorskip("yaml")
+
+from cnichain.cli.bundle import layout  # noqa: E402
+from cnichain.cli.node import installer  # noqa: E402
+from cnichain.common import shim  # noqa: E402
+
+DEPLOY = os.path.join(os.path.dirname(__file__), "..", "..", "deploy")
+KUSTOMIZE = os.path.join(DEPLOY, "kubernetes")
+CHART = os.path.join(DEPLOY, "helm", "cnichain")
+
+
+def load(path: str):
+    with open(path) as fh:
+        return yaml.safe_load(fh)
+
+
+# -- kustomize ---------------------------------------------------------------------------------
+
+def _pointer(doc, path: str):
+    parts = [p.replace("~1", "/").replace("~0", "~") for p in path.lstrip("/").split("/")]
+    for p in parts[:-1]:
+        doc = doc[int(p)] if isinstance(doc, list) else doc[p]
+    return doc, parts[-1]
+
+
+def apply_json6902(doc: dict, ops: list[dict]) -> dict:
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        parent, key = _pointer(doc, op["path"])
+        if op["op"] == "replace":
+            parent[int(key) if isinstance(parent, list) else key] = op["value"]
+        elif op["op"] == "add" and isinstance(parent, list):
+            parent.insert(len(parent) if key == "-" else int(key), op["value"])
+        elif op["op"] == "add":
+            parent[key] = op["value"]
+        else:
+            raise AssertionError(f"unsupported op {op['op']}")
+    return doc
+
+
+def render_overlay(name: str) -> dict:
+    base = load(os.path.join(KUSTOMIZE, "base", "daemonset.yaml"))
+    kust = load(os.path.join(KUSTOMIZE, "overlays", name, "kustomization.yaml"))
+    assert kust["resources"] == ["../../base"]
+    for patch in kust["patches"]:
+        assert patch["target"] == {"kind": "DaemonSet", "name": "cnichain"}
+        base = apply_json6902(base, yaml.safe_load(patch["patch"]))
+    return base
+
+
+# -- helm ----------------------------------------------------------------------------------------
+
+_EXPR = re.compile(r"\{\{-?\s*(.*?)\s*-?\}\}")
+
+
+def _lookup(ctx: dict, ref: str):
+    node = ctx
+    for part in ref.lstrip(".").split("."):
+        node = node[part]
+    return node
+
+
+def _value(ctx: dict, expr: str) -> str:
+    m = re.fullmatch(r"(\.[A-Za-z.]+)(\s*\|\s*quote)?", expr)
+    assert m, f"template construct not allowed in the chart: {expr!r}"
+    v = _lookup(ctx, m.group(1))
+    return f'"{v}"' if m.group(2) else str(v)
+
+
+def _cond(ctx: dict, expr: str) -> bool:
+    m = re.fullmatch(r'if eq (\.[A-Za-z.]+) "([^"]*)"', expr)
+    if m:
+        return _lookup(ctx, m.group(1)) == m.group(2)
+    m = re.fullmatch(r"if (\.[A-Za-z.]+)", expr)
+    assert m, f"condition not allowed in the chart: {expr!r}"
+    return bool(_lookup(ctx, m.group(1)))
+
+
+def render_chart(values: dict, namespace: str = "kube-system") -> dict:
+    chart = load(os.path.join(CHART, "Chart.yaml"))
+    ctx = {"Values": values, "Release": {"Namespace": namespace}, "Chart": {"AppVersion": chart["appVersion"]}}
+    out: list[str] = []
+    active = [True]
+    with open(os.path.join(CHART, "templates", "daemonset.yaml")) as fh:
+        lines = fh.read().splitlines()
+    for line in lines:
+        stripped = line.strip()
+        block = re.fullmatch(r"\{\{-?\s*(if .*?|else|end)\s*-?\}\}", stripped)
+        if block:
+            word = block.group(1)
+            if word.startswith("if"):
+                active.append(active[-1] and _cond(ctx, word))
+            elif word == "else":
+                parent = all(active[:-1])
+                active[-1] = parent and not active[-1]
+            else:
+                active.pop()
+            continue
+        if not all(active):
+            continue
+        ty = re.fullmatch(r"\{\{-\s*toYaml (\.[A-Za-z.]+) \| nindent (\d+)\s*\}\}", stripped)
+        if ty:
+            dumped = yaml.safe_dump(_lookup(ctx, ty.group(1)), default_flow_style=False).rstrip().splitlines()
+            out.extend(" " * int(ty.group(2)) + d for d in dumped)
+            continue
+        out.append(_EXPR.sub(lambda m: _value(ctx, m.group(1)), line))
+    assert active == [True], "unbalanced if/end in the chart"
+    return yaml.safe_load("\n".join(out))
+
+
+# -- the checks ----------------------------------------------------------------------------------
+
+def cli_options(*path: str) -> set[str]:
+    import typer
+
+    from cnichain.cli.app import app
+
+    cmd = typer.main.get_command(app)
+    for name in path:
+        cmd = cmd.commands[name]  # type: ignore[attr-defined]
+    return {opt for p in cmd.params for opt in p.opts}
+
+
+def args_of(container: dict) -> dict[str, str]:
+    return dict(a.split("=", 1) if "=" in a else (a, "") for a in container["args"] if a.startswith("--"))
+
+
+def covered(mounts: list[dict], volumes: dict, host_path: str) -> bool:
+    """Some mount at /host<dir> of a hostPath <dir> that is host_path or one of its parents."""
+    for m in mounts:
+        src = volumes[m["name"]]["hostPath"]["path"]
+        if m["mountPath"] == "/host" + src and (host_path == src or host_path.startswith(src + "/")):
+            return True
+    return False
+
+
+def check_daemonset(ds: dict, prefix: str, bin_dir: str, conf_dir: str, mode: str, socket: str) -> None:
+    assert ds["kind"] == "DaemonSet"
+    strategy = ds["spec"]["updateStrategy"]
+    assert strategy["type"] == "RollingUpdate"
+    mu = strategy["rollingUpdate"]["maxUnavailable"]
+    assert (isinstance(mu, int) and 1 <= mu <= 10) or re.fullmatch(r"\d{1,2}%", str(mu))
+    pod = ds["spec"]["template"]["spec"]
+    assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert {"operator": "Exists"} in pod["tolerations"]
+    assert pod["hostNetwork"] is True and pod["hostPID"] is True
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for c in pod["initContainers"] + pod["containers"]:
+        assert c["resources"]["requests"] and c["resources"]["limits"], c["name"]
+        assert c["securityContext"]["privileged"] is True
+    (init,) = pod["initContainers"]
+    assert init["args"][:2] == ["node", "install"]
+    args = args_of(init)
+    assert set(args) <= cli_options("node", "install")
+    assert args["--host-root"] == "/host" and args["--mode"] == mode
+    assert args["--prefix"] == prefix and args["--bin-dir"] == bin_dir and args["--conf-dir"] == conf_dir
+    for host_path in (layout.home(prefix), bin_dir, conf_dir):
+        assert covered(init["volumeMounts"], volumes, host_path), host_path
+    agent = next(c for c in pod["containers"] if c["name"] == "agent")
+    assert agent["args"][0] == "agent"
+    agent_args = args_of(agent)
+    assert set(agent_args) <= cli_options("agent")
+    assert agent_args["--socket"] == socket
+    probe = agent["readinessProbe"]["exec"]["command"]
+    assert probe[0] == layout.launcher_python(prefix)
+    assert probe[3] == f"{layout.current_link(prefix)}/{layout.CLI_REL}" and probe[4:6] == ["node", "probe"]
+    assert args_of({"args": probe[6:]})["--socket"] == socket
+    assert set(args_of({"args": probe[6:]})) <= cli_options("node", "probe")
+    sock_mount = next(m for m in agent["volumeMounts"] if m["mountPath"] == os.path.dirname(socket))
+    assert volumes[sock_mount["name"]]["hostPath"]["path"] == os.path.dirname(socket)
+    netns = next(m for m in agent["volumeMounts"] if m["mountPath"] == "/run/netns")
+    assert netns["mountPropagation"] == "HostToContainer"
+    assert volumes[netns["name"]]["hostPath"]["path"] == "/run/netns"
+    watchers = [c for c in pod["containers"] if c["name"] == "chain-watch"]
+    if mode == "chain":
+        (w,) = watchers
+        wargs = args_of(w)
+        assert "--watch" in wargs and wargs["--mode"] == "chain" and set(wargs) <= cli_options("node", "install")
+        assert (wargs["--prefix"], wargs["--bin-dir"], wargs["--conf-dir"]) == (prefix, bin_dir, conf_dir)
+        for host_path in (layout.home(prefix), bin_dir, conf_dir):
+            assert covered(w["volumeMounts"], volumes, host_path), host_path
+    else:
+        assert not watchers
+
+
+DEFAULTS = (layout.DEFAULT_PREFIX, layout.bin_dir(layout.DEFAULT_PREFIX), installer.DEFAULT_CONF_DIR)
+
+
+@pytest.mark.parametrize("mode", ["own", "chain"])
+def test_kustomize_overlays(mode):
+    ds = render_overlay(mode)
+    check_daemonset(ds, *DEFAULTS, mode, shim.DEFAULT_SOCKET)
+    base = load(os.path.join(KUSTOMIZE, "base", "kustomization.yaml"))
+    assert base["resources"] == ["daemonset.yaml"] and base["namespace"] == "kube-system"
+
+
+@pytest.mark.parametrize("mode", ["own", "chain"])
+def test_kubectl_kustomize_agrees_when_available(mode):
+    if not shutil.which("kubectl"):
+        pytest.skip("kubectl not installed")
+    out = subprocess.run(["kubectl", "kustomize", os.path.join(KUSTOMIZE, "overlays", mode)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    (ds,) = [d for d in yaml.safe_load_all(out.stdout) if d]
+    check_daemonset(ds, *DEFAULTS, mode, shim.DEFAULT_SOCKET)
+    assert ds["metadata"]["namespace"] == "kube-system"
+
+
+def test_chart_defaults_match_the_installer_and_agent():
+    values = load(os.path.join(CHART, "values.yaml"))
+    assert values["hostPaths"] == {"prefix": DEFAULTS[0], "binDir": DEFAULTS[1], "confDir": DEFAULTS[2]}
+    assert values["agent"]["socket"] == shim.DEFAULT_SOCKET
+    assert os.path.dirname(values["agent"]["socket"]) == values["agent"]["socketDir"]
+    assert values["mode"] in installer.MODES
+    from cnichain.cli.agent.config import AgentConfig
+
+    assert values["agent"]["pool"] == AgentConfig().pool_size
+    assert values["own"]["conflist"] == installer.DEFAULT_OWN_CONFLIST
+
+
+@pytest.mark.parametrize("mode", ["own", "chain"])
+def test_chart_renders_both_modes(mode):
+    values = load(os.path.join(CHART, "values.yaml"))
+    values["mode"] = mode
+    ds = render_chart(values)
+    check_daemonset(ds, *DEFAULTS, mode, shim.DEFAULT_SOCKET)
+    init_args = ds["spec"]["template"]["spec"]["initContainers"][0]["args"]
+    assert ("--replace-foreign" in init_args) == (mode == "own")
+
+
+def test_chart_host_paths_follow_values_gke():
+    values = load(os.path.join(CHART, "values.yaml"))
+    values["hostPaths"] = {"prefix": "/home/kubernetes", "binDir": "/home/kubernetes/bin", "confDir": "/etc/cni/net.d"}
+    ds = render_chart(values)
+    check_daemonset(ds, "/home/kubernetes", "/home/kubernetes/bin", "/etc/cni/net.d", "own", shim.DEFAULT_SOCKET)
+    assert ds["metadata"]["namespace"] == "kube-system"

@@ -1,0 +1,80 @@
+"""Chaining into another network's conflist (cli/node/chain.py), against real conflists from the corpus."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from cnichain.cli.node import chain
+
+CORPUS = os.path.join(os.path.dirname(__file__), "..", "data", "corpus")
+
+
+def load(name: str) -> dict:
+    with open(os.path.join(CORPUS, name), "rb") as fh:
+        return chain.load_primary(name, fh.read())
+
+
+def types(conf: dict) -> list[str]:
+    return [p["type"] for p in conf["plugins"]]
+
+
+def test_calico_portmap_is_replaced_in_place_and_bandwidth_follows():
+    primary = load("calico-k8s-pod-network.conflist")
+    ours = chain.derive(primary)
+    assert types(ours) == ["calico", "cnichain-portmap", "cnichain-bandwidth"]
+    assert ours["plugins"][1] == dict(primary["plugins"][1], type="cnichain-portmap")  # snat + capabilities kept
+    assert ours["name"] == primary["name"] and ours["cniVersion"] == primary["cniVersion"]
+    assert ours["plugins"][0] == primary["plugins"][0]
+
+
+def test_antrea_keeps_order_and_capabilities():
+    ours = chain.derive(load("antrea-cni.conflist"))
+    assert types(ours) == ["antrea", "cnichain-portmap", "cnichain-bandwidth"]
+    assert ours["plugins"][2]["capabilities"] == {"bandwidth": True}
+
+
+def test_flannel_and_a_single_plugin_conf():
+    assert types(chain.derive(load("flannel-kube-flannel.conflist"))) == ["flannel", "cnichain-portmap", "cnichain-bandwidth"]
+    single = chain.load_primary("10-x.conf", json.dumps({"cniVersion": "0.4.0", "name": "x", "type": "ptp",
+                                                          "ipam": {"type": "host-local"}}).encode())
+    ours = chain.derive(single)
+    assert ours["name"] == "x" and ours["cniVersion"] == "0.4.0"
+    assert types(ours) == ["ptp", "cnichain-portmap", "cnichain-bandwidth"]
+    assert "name" not in ours["plugins"][0]
+
+
+def test_every_corpus_conflist_derives_without_losing_plugins():
+    for name in sorted(os.listdir(CORPUS)):
+        if not name.endswith((".conflist", ".conf")):
+            continue
+        primary = load(name)
+        ours = chain.derive(primary)
+        assert len(ours["plugins"]) >= len(primary["plugins"])
+        for before, after in zip(primary["plugins"], ours["plugins"]):
+            assert after["type"] in (before["type"], "cnichain-" + before["type"])
+            assert {k: v for k, v in after.items() if k != "type"} == {k: v for k, v in before.items() if k != "type"}
+        assert not any(t in chain.REPLACED for t in types(ours))
+
+
+def test_primary_is_the_lowest_sorted_config_that_is_not_ours():
+    names = ["10-calico.conflist", "00-cnichain.conflist", ".05-x.conf.cnichain-tmp-1", "README", "99-z.json"]
+    assert chain.find_primary(names, {"00-cnichain.conflist"}) == "10-calico.conflist"
+    # libcni filters by suffix only: a hidden config is still a config, and sorts first
+    assert chain.find_primary(names + [".00-a.conflist"], {"00-cnichain.conflist"}) == ".00-a.conflist"
+    assert chain.find_primary(["00-cnichain.conflist"], {"00-cnichain.conflist"}) is None
+
+
+def test_invalid_primary_is_reported_not_guessed():
+    with pytest.raises(chain.ChainError):
+        chain.load_primary("10-x.conflist", b'{"name": "x", "plugins": [')
+    with pytest.raises(chain.ChainError):
+        chain.load_primary("10-x.conflist", b'{"plugins": []}')
+
+
+def test_our_name_must_sort_first():
+    chain.check_sorts_first("00-cnichain.conflist", "05-antrea.conflist")
+    with pytest.raises(chain.ChainError):
+        chain.check_sorts_first("00-cnichain.conflist", "00-antrea.conflist")
