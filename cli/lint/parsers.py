@@ -60,16 +60,16 @@ def _run(fn: Callable[[], object]) -> Optional[Problem]:
 
 
 def check_portmap(conf: dict) -> list[Problem]:
-    from cnichain.plugins.portmap.config import parse_config
+    from cnichain.plugins.portmap.config import load
 
-    p = _run(lambda: parse_config(conf))
+    p = _run(lambda: load(conf))
     return [p] if p else []
 
 
 def check_bandwidth(conf: dict) -> list[Problem]:
-    from cnichain.plugins.bandwidth.config import parse_config
+    from cnichain.plugins.bandwidth.config import load
 
-    p = _run(lambda: parse_config(conf))
+    p = _run(lambda: load(conf))
     return [p] if p else []
 
 
@@ -102,9 +102,9 @@ def check_tuning(conf: dict, allowlist: Optional[list[str]], duplicated_sysctl: 
 
 
 def check_bridge(conf: dict) -> list[Problem]:
-    from cnichain.plugins.bridge.config import load_config
+    from cnichain.plugins.bridge.config import load
 
-    p = _run(lambda: load_config(conf, ""))
+    p = _run(lambda: load(conf, ""))
     return [p] if p else []
 
 
@@ -114,9 +114,9 @@ def check_host_local(conf: dict, ranges_from_runtime: bool) -> list[Problem]:
     With the ``ipRanges`` capability the ranges may come from the runtime, so "no IP ranges
     specified" is then not a problem of the file.
     """
-    from cnichain.plugins.host_local.config import load_ipam_config
+    from cnichain.plugins.host_local.config import load
 
-    p = _run(lambda: load_ipam_config(conf, ""))
+    p = _run(lambda: load(conf, ""))
     if p is None or (ranges_from_runtime and p.message == "no IP ranges specified"):
         return []
     if not p.key:

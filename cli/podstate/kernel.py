@@ -144,10 +144,10 @@ def portmap_mappings(node_netns: Optional[str]) -> list[PortMapping]:
 
 
 def parse_masquerade_listing(objects: list[dict]) -> list[Masquerade]:
-    from cnichain.plugins.bridge import nftplan
+    from cnichain.plugins.bridge import rules
 
     found: dict[tuple[str, str, str], Masquerade] = {}
-    for rule in nftplan.rules_in(objects):
+    for rule in rules.rules_in(objects):
         comment = str(rule.get("comment", ""))
         fields = dict(
             part.strip().split(": ", 1) for part in comment.split(",")[1:] if ": " in part
@@ -156,7 +156,7 @@ def parse_masquerade_listing(objects: list[dict]) -> list[Masquerade]:
         if not (network and cid):
             continue
         entry = found.setdefault((network, cid, ifname), Masquerade(network, cid, ifname))
-        entry.addresses.extend(nftplan.rule_addresses(rule))
+        entry.addresses.extend(rules.rule_addresses(rule))
     return list(found.values())
 
 
@@ -171,7 +171,7 @@ def masquerades(node_netns: Optional[str]) -> list[Masquerade]:
 
 
 def _tick() -> float:
-    from cnichain.plugins.bandwidth import tbf
+    from cnichain.plugins.bandwidth import plan as tbf
 
     try:
         with open("/proc/net/psched", "rb") as fh:
@@ -181,7 +181,7 @@ def _tick() -> float:
 
 
 def _tbf_view(params: Any, tick: float) -> dict:
-    from cnichain.plugins.bandwidth import tbf
+    from cnichain.plugins.bandwidth import plan as tbf
 
     out = {"rate_bits": params.rate * 8, "limit_bytes": params.limit, "buffer_ticks": params.buffer}
     if tick:
@@ -193,7 +193,7 @@ def shapings(node_netns: Optional[str]) -> tuple[list[Shaping], dict[str, dict]]
     """Every ``bwp`` IFB in the node namespace with the limits the kernel holds, and the root TBF of
     every veth that has one (ingress-only shaping has no IFB; its veth is named in the result)."""
     from cnichain.common import netlink
-    from cnichain.plugins.bandwidth import tc
+    from cnichain.plugins.bandwidth import kernel as tc
     from cnichain.plugins.bandwidth.config import IFB_PREFIX
 
     tick = _tick()

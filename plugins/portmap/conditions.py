@@ -130,17 +130,21 @@ def _value(toks: list[str], i: int, parse: Callable[[str], str]) -> tuple[str, i
         raise Refused("malformed set")
 
 
+def _selector_at(toks: list[str], i: int) -> tuple[tuple[str, ...], Callable[[str], str]]:
+    """The known selector starting at ``toks[i]`` and the parser of its values."""
+    for selector, value_parser in _SELECTORS.items():
+        if tuple(toks[i:i + len(selector)]) == selector:
+            return selector, value_parser
+    raise Refused(f"unsupported match {toks[i]!r}")
+
+
 def parse(text: str) -> str:
     """The canonical nft text of ``text``'s matches; :class:`Refused` for anything else."""
     toks = _tokens(text)
     out: list[str] = []
     i = 0
     while i < len(toks):
-        for selector, value_parser in _SELECTORS.items():
-            if tuple(toks[i:i + len(selector)]) == selector:
-                break
-        else:
-            raise Refused(f"unsupported match {toks[i]!r}")
+        selector, value_parser = _selector_at(toks, i)
         i += len(selector)
         op = ""
         if i < len(toks) and toks[i] in ("!=", "=="):

@@ -14,7 +14,7 @@ import pytest
 
 from cnichain.cli.bundle import layout
 from cnichain.cli.install import PLUGINS
-from cnichain.plugins.portmap import layout as pm_layout
+from cnichain.plugins.portmap import names as pm_names
 from tests.emptyroot import run_in_root
 
 pytestmark = pytest.mark.integration
@@ -99,12 +99,12 @@ def test_portmap_add_del_in_an_empty_root(bundle, tmp_path, lab):
     add = run(bundle, tmp_path, [f"{PREFIX}/bin/portmap"], env=dict(env, CNI_COMMAND="ADD"),
               stdin=json.dumps(conf).encode(), netns=lab.node, binds=binds)
     assert add.returncode == 0, add.stdout + add.stderr
-    listing = lab.run(lab.node, "nft", "list", "table", "inet", pm_layout.TABLE).stdout
+    listing = lab.run(lab.node, "nft", "list", "table", "inet", pm_names.TABLE).stdout
     assert "18080" in listing
     dele = run(bundle, tmp_path, [f"{PREFIX}/bin/portmap"], env=dict(env, CNI_COMMAND="DEL"),
                stdin=json.dumps(conf).encode(), netns=lab.node, binds=binds)
     assert dele.returncode == 0, dele.stdout + dele.stderr
-    after = lab.run(lab.node, "nft", "list", "table", "inet", pm_layout.TABLE, check=False).stdout
+    after = lab.run(lab.node, "nft", "list", "table", "inet", pm_names.TABLE, check=False).stdout
     assert "18080" not in after
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from cnichain.cli.runtime import Attachment, ConfList, Runtime
 from cnichain.plugins.bandwidth.config import ifb_name
-from cnichain.plugins.portmap import layout
+from cnichain.plugins.portmap import plan as planning
 from cnichain.plugins.portmap.config import PortmapConfig, PortMapping
 
 pytestmark = pytest.mark.integration
@@ -78,8 +78,8 @@ def plant_ghost(lab, tmp_path, cid: str = "ghost") -> None:
     (tmp_path / "tuning").mkdir(exist_ok=True)
     (tmp_path / "tuning" / f"{cid}_eth0.json").write_text(json.dumps({"mtu": 1500}))
     cfg = PortmapConfig(mappings=(PortMapping(9999, 99, "udp"),))
-    plan = layout.plan_owner(NET, cid, cfg, {4: "10.88.0.200"})
-    script = "\n".join(layout.skeleton()) + "\n" + layout.fast_add(plan)
+    plan = planning.plan_owner(NET, cid, cfg, {4: "10.88.0.200"})
+    script = "\n".join(planning.skeleton()) + "\n" + planning.fast_add(plan)
     lab.run(lab.node, "nft", "-f", "-", input=script)
     ifb = ifb_name(NET, cid)
     lab.run(lab.node, "ip", "link", "add", ifb, "type", "ifb")
