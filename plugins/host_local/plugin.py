@@ -1,4 +1,4 @@
-"""host-local IPAM: the command handlers, wiring config, allocator and the disk store together.
+"""host-local IPAM: the handlers, wiring config, the allocator (plan) and the disk store (kernel).
 
 ADD/DEL/CHECK behave as containernetworking/plugins' host-local and share its on-disk state.
 GC and STATUS (CNI 1.1) are additions the reference lacks: GC reclaims reservations of attachments
@@ -11,10 +11,10 @@ from cnichain.common.errors import CniError, Code, plugin_error
 from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import DNS, IPConfig, Result
 
-from .allocator import allocate, os_error_text
+from .plan import allocate, os_error_text
 from .config import IpamConfig, load
 from .dns import parse_resolv_conf
-from .store import DiskStore
+from .kernel import DiskStore
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec

@@ -8,7 +8,7 @@ from typing import Optional
 import pytest
 
 from cnichain.common.errors import CniError
-from cnichain.plugins.host_local.allocator import allocate, iterate
+from cnichain.plugins.host_local.plan import allocate, iterate
 from cnichain.plugins.host_local.config import load
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from cnichain.common.version import parse as parse_version
 from cnichain.plugins.host_local.plugin import PLUGIN
-from cnichain.plugins.host_local.store import TEMP_PREFIX
+from cnichain.plugins.host_local.kernel import TEMP_PREFIX
 from tests.helpers import dispatch
 
 

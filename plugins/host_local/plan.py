@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from cnichain.common.errors import CniError, plugin_error
 from cnichain.common.record import FrozenRecord
+from cnichain.common.rollback import Rollback
 
 from .config import canonical_ip
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every host-local exec
-    from typing import Iterator, Optional, Protocol, Sequence
+    from typing import Iterator, Optional, Protocol
 
     from .config import IP, IpamConfig, Range, RangeSet
 
@@ -140,6 +141,7 @@ def allocate(store: Store, cfg: IpamConfig, container_id: str, ifname: str) -> l
     for ip in cfg.requested_ips:
         pending.setdefault(str(ip), ip)
     done: list[Allocation] = []
+    undo = Rollback()
     try:
         for idx, rangeset in enumerate(cfg.ranges):
             wanted = None
@@ -149,16 +151,18 @@ def allocate(store: Store, cfg: IpamConfig, container_id: str, ifname: str) -> l
                     del pending[key]
                     break
             try:
-                done.append(allocate_one(store, rangeset, str(idx), container_id, ifname, wanted))
+                got = allocate_one(store, rangeset, str(idx), container_id, ifname, wanted)
             except (CniError, OSError) as exc:
                 msg = exc.msg if isinstance(exc, CniError) else os_error_text(exc)
                 raise plugin_error(f"failed to allocate for range {idx}: {msg}") from None
+            done.append(got)
+            undo.push(f"release {got.ip}", lambda ip=got.ip: store.release_ip(ip, container_id, ifname))
         if pending:
             raise plugin_error(
                 "failed to allocate all requested IPs: " + " ".join(pending)
             )
     except BaseException:
-        rollback(store, done, container_id, ifname)
+        undo.unwind()
         raise
     return done
 
@@ -168,11 +172,3 @@ def os_error_text(exc: OSError) -> str:
     reason = exc.strerror or str(exc)
     reason = reason[:1].lower() + reason[1:]
     return f"{exc.filename}: {reason}" if exc.filename else reason
-
-
-def rollback(store: Store, done: Sequence[Allocation], container_id: str, ifname: str) -> None:
-    for a in done:
-        try:
-            store.release_ip(a.ip, container_id, ifname)
-        except OSError:
-            pass

@@ -1,4 +1,4 @@
-"""The on-disk reservation store, byte-compatible with the reference's ``disk`` backend.
+"""The on-disk reservation store (host-local's only writer), byte-compatible with the reference's ``disk`` backend.
 
 Layout of ``<dataDir>/<network>/`` (shared with the Go plugin, either may run against it):
 
