@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cnichain.common.errors import plugin_error
+from cnichain.common.kernel_errors import KernelError
 from cnichain.common.types import DNS
 
 
@@ -12,8 +12,7 @@ def parse_resolv_conf(path: str) -> DNS:
         with open(path, "rb") as f:
             text = f.read().decode("utf-8", "replace")
     except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise plugin_error(f"open {path}: {reason[:1].lower()}{reason[1:]}") from None
+        raise KernelError.of(exc, f"open {path}") from None
     dns = DNS()
     for line in text.split("\n"):
         line = line.strip()

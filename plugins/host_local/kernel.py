@@ -21,6 +21,7 @@ import fcntl
 import os
 
 from cnichain.common.errors import plugin_error
+from cnichain.common.kernel_errors import KernelError
 from cnichain.common.record import FrozenRecord
 from cnichain.common.skel import NAME_RE as _NAME_RE
 
@@ -194,7 +195,7 @@ class DiskStore:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            errors.append(_go_os_error("remove", path, exc))
+            errors.append(KernelError.of(exc, f"remove {path}").msg)
 
     def has_free(self, rangeset: RangeSet) -> bool:
         """Whether at least one address of the set is neither reserved nor a gateway."""
@@ -329,9 +330,3 @@ def _unlink_quiet(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
-
-
-def _go_os_error(op: str, path: str, exc: OSError) -> str:
-    """Format like Go's ``*PathError``: ``remove /x: permission denied``."""
-    text = os.strerror(exc.errno) if exc.errno else str(exc)
-    return f"{op} {path}: {text[:1].lower()}{text[1:]}"

@@ -8,6 +8,7 @@ files.  The caller holds the store lock around :func:`allocate`.
 from __future__ import annotations
 
 from cnichain.common.errors import CniError, plugin_error
+from cnichain.common.kernel_errors import KernelError
 from cnichain.common.record import FrozenRecord
 from cnichain.common.rollback import Rollback
 
@@ -168,7 +169,5 @@ def allocate(store: Store, cfg: IpamConfig, container_id: str, ifname: str) -> l
 
 
 def os_error_text(exc: OSError) -> str:
-    """Roughly Go's ``*PathError`` text: ``/path: permission denied``."""
-    reason = exc.strerror or str(exc)
-    reason = reason[:1].lower() + reason[1:]
-    return f"{exc.filename}: {reason}" if exc.filename else reason
+    """Roughly Go's ``*PathError`` text: ``/path: permission denied`` (see common.kernel_errors)."""
+    return KernelError.of(exc, str(exc.filename) if exc.filename else "").msg
