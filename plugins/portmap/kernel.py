@@ -131,7 +131,7 @@ def install(plan: OwnerPlan) -> None:
 
 def remove(owner: str, plan: Optional[OwnerPlan] = None) -> None:
     """DEL: with the ``plan`` the config describes, one self-checking transaction and no listing
-    (see :mod:`.layout`); otherwise, or when the kernel holds something else for this container,
+    (see :mod:`.plan`); otherwise, or when the kernel holds something else for this container,
     list its chain (small), delete it and its keys in one transaction."""
     if plan is not None:
         try:
