@@ -127,3 +127,22 @@ def test_without_an_agent_socket_or_a_binary_the_executable_is_a_python_launcher
     assert (tmp_path / "b" / "host-local").read_text().startswith("#!")
     with pytest.raises(FileNotFoundError, match="not built"):
         inst.install(str(tmp_path / "c"), plugins=["host-local"], native=True)
+
+
+def test_cli_install_says_what_it_writes_and_can_keep_python_launchers(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from cnichain.cli.app import app
+
+    monkeypatch.setenv("CNICHAIN_AGENT_SOCKET", "/run/x/agent.sock")
+    runner = CliRunner()
+    assert "--python-launchers" in runner.invoke(app, ["install", "--help"]).output
+    result = runner.invoke(app, ["install", "--bin-dir", str(tmp_path / "p"), "--python-launchers"])
+    assert result.exit_code == 0 and ".cnichain-cold" not in result.output
+    assert (tmp_path / "p" / "host-local").read_bytes().startswith(b"#!")
+    if native_shim.built_binary() is not None:
+        result = runner.invoke(app, ["install", "--bin-dir", str(tmp_path / "n")])
+        assert result.exit_code == 0 and f"wrote      {tmp_path / 'n' / '.cnichain-cold' / 'host-local'}" in result.output
+        assert (tmp_path / "n" / "host-local").read_bytes().startswith(b"\x7fELF")
+    result = runner.invoke(app, ["uninstall", "--bin-dir", str(tmp_path / "n")])
+    assert result.exit_code == 0 and not any(p.name != ".cnichain-install.json" for p in (tmp_path / "n").iterdir())
