@@ -6,6 +6,11 @@ no socket, connection refused, a refusal from the agent (not root, unknown plugi
 draining, other protocol version) or no answer in time.  Correctness never depends on the agent:
 the cold path is the same handler code, so the output is byte-for-byte the same either way.
 
+``shim/cnichain-shim.c`` is the same client as a static executable (what ``cnichain install``
+writes as each plugin when it was built; it execs the Python launcher for the cold path).  This
+docstring is the specification for both; ``tests/unit/test_shim_protocol.py`` drives both through
+the same scenarios; a protocol change goes into both.
+
 This module runs on every plugin exec, before anything else is imported, so it uses only the
 built-in ``posix`` and ``sys`` modules and the C ``_socket`` module: ``import socket`` alone costs
 ~5 ms through ``enum``, and even ``import os`` (~0.6 ms with ``_collections_abc``) is left to the

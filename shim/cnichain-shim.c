@@ -59,6 +59,7 @@ enum { REQUEST = 1, ACK = 2, GO = 3, RESULT = 4, REFUSED = 5 };
 #define GRACE_MS 10000
 
 static char type_buf[64], socket_buf[128], fallback_buf[512];
+static int agent_fd = -1; /* closed before the cold path, so no feeder child holds it open */
 
 struct buf {
     unsigned char *data;
@@ -191,13 +192,16 @@ static int replay_stdin(const struct buf *data) {
 /* Exec the cold launcher in our place; ``replay`` is the stdin already read (NULL: fd 0 untouched). */
 static _Noreturn void run_cold(char **argv, const struct buf *replay) {
     struct stat st;
+    if (agent_fd >= 0) close(agent_fd);
+    agent_fd = -1;
     if (stat(fallback_buf, &st) != 0) fail("cnichain shim: the cold launcher is missing", fallback_buf);
     /* Only a launcher root (or whoever runs us) owns and nobody else can rewrite. */
     if (!S_ISREG(st.st_mode) || (st.st_uid != 0 && st.st_uid != geteuid()) || (st.st_mode & 022))
         fail("cnichain shim: refusing an unsafe cold launcher", fallback_buf);
     if (replay && replay_stdin(replay)) fail("cnichain shim: cannot replay stdin to the cold launcher", strerror(errno));
-    argv[0] = fallback_buf;
-    execve(fallback_buf, argv, environ);
+    char *bare[2] = {fallback_buf, NULL};
+    if (argv[0]) argv[0] = fallback_buf; /* the launcher's own path, as if exec'd directly */
+    execve(fallback_buf, argv[0] ? argv : bare, environ);
     fail("cnichain shim: cannot run the cold launcher", strerror(errno));
 }
 
@@ -329,7 +333,7 @@ int main(int argc, char **argv) {
     const char *path = getenv(ENV_SOCKET); /* first occurrence, as posix.environ keeps it */
     if (!path) path = socket_buf;
     if (disabled(path)) run_cold(argv, NULL);
-    int fd = connect_agent(path);
+    int fd = agent_fd = connect_agent(path);
     if (fd < 0) run_cold(argv, NULL);
 
     /* Only now read stdin: an absent agent leaves it untouched for the cold path. */

@@ -61,7 +61,7 @@ def _draw_chain(ax, out: dict) -> None:
     ax.set_yscale("log")
     ax.set_title("the chain per plugin and command (bridge includes host-local); chain totals per pod")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", ncol=4)
 
 
 def write_chart(out: dict, path: str) -> Optional[str]:
