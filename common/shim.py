@@ -27,6 +27,8 @@ Wire protocol, version 1.  Every message is a 12-byte header -- magic ``CNIA``, 
 - GO (shim -> agent): empty.  From here on the shim waits for the result: the agent has been told
   to do the work, so giving up early could run the plugin twice at once.
 - RESULT (agent -> shim): exit code (i32), stdout length (u32), stderr length (u32), the bytes.
+  It may also come in place of the ACK: the error for a rejected request, or an answer that needs
+  no worker (VERSION); the shim prints it like any other.
 - REFUSED (agent -> shim): a reason in UTF-8.  The shim falls back to the cold path.
 
 Semantics when the agent disappears: before GO nothing ran, so falling back is exact.  After GO

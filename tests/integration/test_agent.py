@@ -506,3 +506,14 @@ def test_without_a_pool_and_with_a_request_too_big_for_one_workers_are_forked(se
             assert json.loads(out) == {"cniVersion": "1.0.0"}
             wait_for(lambda: 'how="forked"} 1' in agent.metrics())
             assert 'how="pooled"' not in agent.metrics()
+
+
+def test_version_is_answered_by_the_agent_itself_like_the_cold_path(setup):
+    """VERSION needs no worker and no namespace: the agent answers it in place of the ACK."""
+    plugins = list(installer.available_plugins())
+    with setup.agent() as agent:
+        for plugin in plugins:
+            assert run(setup.warm, plugin, "VERSION", b"") == run(setup.cold, plugin, "VERSION", b"")
+        wait_for(lambda: agent.metrics().count('command="VERSION",outcome="ok"} 1') == len(plugins))
+        lines = [line for line in open(agent.log_path) if "command=VERSION" in line]
+    assert len(lines) == len(plugins) and all("worker=none" in line for line in lines)
