@@ -227,8 +227,9 @@ def install(
 ) -> InstallReport:
     """``agent_socket``: see :func:`launcher_source` (None: the default; "": no agent).
 
-    ``native``: None installs the native shim as each executable when it was built (and an agent
-    socket is set), False always writes Python launchers, True requires the native shim.
+    ``native``: None installs the native shim as each executable when it was built, False always
+    writes Python launchers, True fails when the shim was not built.  Either way an install without
+    an agent socket ("") writes Python launchers: there the shim would only add an exec.
     """
     report = InstallReport()
     os.makedirs(bin_dir, mode=0o755, exist_ok=True)
