@@ -96,6 +96,7 @@ class Agent:
         self.plugins = load_plugins(self.cfg.extra_plugins)
         loaded = preload(self.plugins)
         loaded += exercise(self.plugins)
+        peer.rehearse()  # resolve what entering a caller's namespaces needs once, before any fork
         gc.collect()
         gc.freeze()  # keep the warm heap shared with workers (no copy-on-write from the collector)
         self.log(f"warm in {(time.perf_counter() - started) * 1000:.0f} ms: plugins={','.join(sorted(self.plugins))} "

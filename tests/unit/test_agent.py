@@ -426,3 +426,13 @@ def test_a_worker_takes_exactly_the_requests_environment_in_order():
     first, second = out.splitlines()
     assert eval(first) == [("CNI_COMMAND", "ADD"), ("B", "2"), ("A", "1")]
     assert eval(second) == [b"CNI_COMMAND=ADD", b"B=2", b"A=1"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="setns needs CAP_SYS_ADMIN")
+def test_rehearsing_namespace_entry_stays_where_it_is_and_resolves_libc_once():
+    from cnichain.cli.agent import peer
+
+    before = (peer.ns_id("/proc/self/ns/net"), peer.ns_id("/proc/self/ns/mnt"))
+    peer.rehearse()
+    assert (peer.ns_id("/proc/self/ns/net"), peer.ns_id("/proc/self/ns/mnt")) == before
+    assert hasattr(os, "setns") or peer._libc is not None  # a worker forked now inherits it
