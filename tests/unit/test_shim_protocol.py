@@ -389,3 +389,44 @@ def test_a_non_root_caller_is_refused_and_runs_cold(folder, sock):
             want = cold_output(STDIN, BASE_ENV)
             assert got == want, one.kind
         assert 'cnichain_agent_refused_total{reason="not root"} 2' in agent.metrics()
+
+
+# A test helper: run a program with memfd_create failing (ENOSYS), as on a kernel without it.
+NO_MEMFD_C = r"""
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_memfd_create, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {4, f};
+    if (argc < 2 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
+        return 125;
+    execv(argv[1], argv + 1);
+    return 126;
+}
+"""
+
+
+def test_native_shim_replays_stdin_through_a_pipe_without_memfd(folder, sock, agent):
+    """Where memfd_create is missing the shim feeds the cold path through a pipe: same bytes."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler for the seccomp helper")
+    src, helper = os.path.join(folder, "nomemfd.c"), os.path.join(folder, "nomemfd")
+    with open(src, "w") as fh:
+        fh.write(NO_MEMFD_C)
+    subprocess.run([cc, "-o", helper, src], check=True, capture_output=True, timeout=120)
+    the_shim = Shim("native", folder, sock)
+    big = STDIN + b" " * (1 << 20)  # far more than a pipe buffer: the feeder must not deadlock
+    agent(after_request(shim.header(shim.REFUSED, 0)))
+    proc = subprocess.run([helper, the_shim.exe], input=big, env=BASE_ENV, capture_output=True, timeout=60)
+    expect_cold((proc.returncode, proc.stdout, proc.stderr), big)
