@@ -298,6 +298,28 @@ def test_a_refusal_runs_cold_with_the_stdin_already_read(the_shim, agent):
     expect_cold(the_shim.run(big), big)
 
 
+def test_agent_not_accepting_with_a_full_backlog_runs_cold(the_shim, sock):
+    """A wedged agent that accepts nothing: the connect fails at once (or times out), never hangs."""
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(sock)
+    srv.listen(0)
+    fillers: list[socket.socket] = []
+    try:
+        for _ in range(64):  # until the kernel refuses more pending connections
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.setblocking(False)
+            fillers.append(c)
+            try:
+                c.connect(sock)
+            except BlockingIOError:
+                break
+        expect_cold(the_shim.run())
+    finally:
+        for c in fillers:
+            c.close()
+        srv.close()
+
+
 def test_agent_closing_at_accept_runs_cold(the_shim, agent):
     agent(lambda fake, conn: None)
     expect_cold(the_shim.run())
