@@ -82,7 +82,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="cnichain-coldpath-") as scratch:
         bindir = os.path.join(scratch, "bin")
-        installer.install(bindir)
+        installer.install(bindir, native=False)  # the Python launchers themselves: the cold path
         cases = [(t, lbl, env, stdin) for t, lbl, env, stdin in scenarios(scratch) if os.path.exists(os.path.join(bindir, t))]
         floor_argv = [sys.executable, "-I", "-S", "-c", "pass"]
         times: dict[str, list[float]] = {"floor": []}
