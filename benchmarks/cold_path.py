@@ -21,6 +21,8 @@ import sys
 import tempfile
 import time
 
+from cnichain.plugins import registry
+
 
 def scenarios(scratch: str) -> list[tuple[str, str, dict, bytes]]:
     """(plugin type, label, env, stdin) for every exec that needs no kernel object."""
@@ -31,7 +33,7 @@ def scenarios(scratch: str) -> list[tuple[str, str, dict, bytes]]:
     hl = {"cniVersion": "1.0.0", "name": "coldpath", "type": "bridge",
           "ipam": {"type": "host-local", "subnet": "10.9.0.0/16", "dataDir": os.path.join(scratch, "ipam")}}
     out = []
-    for t in ("host-local", "bridge", "portmap", "bandwidth", "tuning", "route-override"):
+    for t in (pt.name for pt in registry.TYPES):
         out.append((t, "VERSION", {"CNI_COMMAND": "VERSION", "CNICHAIN_AGENT_SOCKET": "off"}, b""))
         out.append((t, "error (bad JSON)", dict(env, CNI_COMMAND="ADD"), b"{"))
     out += [

@@ -24,16 +24,10 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from cnichain.cli import native_shim
+from cnichain.plugins import registry
 
-# CNI type -> module under cnichain.plugins
-PLUGINS: dict[str, str] = {
-    "bridge": "bridge",
-    "host-local": "host_local",
-    "portmap": "portmap",
-    "bandwidth": "bandwidth",
-    "tuning": "tuning",
-    "route-override": "route_override",
-}
+# CNI type -> module under cnichain.plugins (see plugins/registry.py)
+PLUGINS: dict[str, str] = dict(registry.MODULES)
 MARKER = "# cnichain launcher"
 MANIFEST = ".cnichain-install.json"
 DEFAULT_AGENT_SOCKET = "/run/cnichain/agent.sock"

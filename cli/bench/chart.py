@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Optional
 
+from cnichain.plugins import registry
+
 
 MODE_COLORS = {"cold": "tab:blue", "warm": "tab:green", "reference": "tab:red"}
 MODE_LABELS = {"cold": "cnichain cold", "warm": "cnichain warm", "reference": "reference"}
-CHAIN_ORDER = ("bridge", "portmap", "bandwidth", "tuning", "route-override")
+CHAIN_ORDER = registry.CHAIN_ORDER
 
 
 def chain_bars(out: dict) -> tuple[list[str], dict[str, list[Optional[float]]]]:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Optional
 
+from cnichain.plugins import registry
+
 from cnichain.cli.bench.stats import median_ratio, verdict
 
 LABEL = {"cold": "ours", "warm": "warm", "reference": "ref"}
-CHAIN_ORDER = ["bridge", "portmap", "bandwidth", "tuning", "route-override"]
+CHAIN_ORDER = list(registry.CHAIN_ORDER)
 
 
 def _ms(v: Optional[float]) -> str:
