@@ -21,6 +21,8 @@ import sys
 import tempfile
 import time
 
+from cnichain.plugins import registry
+
 
 def scenarios(scratch: str) -> list[tuple[str, str, dict, bytes]]:
     """(plugin type, label, env, stdin) for every exec that needs no kernel object."""
@@ -31,7 +33,7 @@ def scenarios(scratch: str) -> list[tuple[str, str, dict, bytes]]:
     hl = {"cniVersion": "1.0.0", "name": "coldpath", "type": "bridge",
           "ipam": {"type": "host-local", "subnet": "10.9.0.0/16", "dataDir": os.path.join(scratch, "ipam")}}
     out = []
-    for t in ("host-local", "bridge", "portmap", "bandwidth", "tuning", "route-override"):
+    for t in (pt.name for pt in registry.TYPES):
         out.append((t, "VERSION", {"CNI_COMMAND": "VERSION", "CNICHAIN_AGENT_SOCKET": "off"}, b""))
         out.append((t, "error (bad JSON)", dict(env, CNI_COMMAND="ADD"), b"{"))
     out += [
@@ -82,7 +84,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="cnichain-coldpath-") as scratch:
         bindir = os.path.join(scratch, "bin")
-        installer.install(bindir)
+        installer.install(bindir, native=False)  # the Python launchers themselves: the cold path
         cases = [(t, lbl, env, stdin) for t, lbl, env, stdin in scenarios(scratch) if os.path.exists(os.path.join(bindir, t))]
         floor_argv = [sys.executable, "-I", "-S", "-c", "pass"]
         times: dict[str, list[float]] = {"floor": []}

@@ -115,16 +115,28 @@ def install(
     conf_dir: str = typer.Option("", "--conf-dir", help="Where the conflist goes (e.g. /etc/cni/net.d)"),
     conflist: str = typer.Option("", "--conflist", help="Name of a conflist shipped in conflists/ to install"),
     force: bool = typer.Option(False, "--force", help="Overwrite files that cnichain did not write"),
+    python_launchers: bool = typer.Option(
+        False, "--python-launchers", help="Write Python launchers as the executables even when the native shim is built"),
 ) -> None:
-    """Install one executable per plugin type (and optionally a conflist) onto this node."""
+    """Install one executable per plugin type (and optionally a conflist) onto this node.
+
+    Each executable first hands its request to the node agent (socket: $CNICHAIN_AGENT_SOCKET at
+    install time, else /run/cnichain/agent.sock) and otherwise runs the plugin cold in Python.  When
+    the static native shim was built (shim/build.sh, run by ./run) the executable is that shim,
+    and the Python launcher it falls back to goes to BIN_DIR/.cnichain-cold/TYPE; otherwise the
+    executable is the Python launcher itself.
+    """
     from cnichain.cli import install as inst
 
     if conflist and not conf_dir:
         _fail("--conflist needs --conf-dir")
     try:
-        report = inst.install(bin_dir, conf_dir or None, conflist or None, force=force)
+        report = inst.install(bin_dir, conf_dir or None, conflist or None, force=force,
+                              native=False if python_launchers else None)
     except FileNotFoundError as exc:
         _fail(f"no such conflist: {exc.filename}")
+    except ValueError as exc:  # e.g. an agent socket path too long for a unix socket
+        _fail(str(exc))
     for path in report.written:
         typer.echo(f"wrote      {path}")
     for path in report.unchanged:
@@ -137,7 +149,7 @@ def install(
 
 @app.command()
 def uninstall(bin_dir: str = typer.Option("/opt/cni/bin", "--bin-dir")) -> None:
-    """Remove exactly the files a previous install wrote (and left unmodified)."""
+    """Remove exactly the files a previous install wrote (and left unmodified), cold launchers included."""
     from cnichain.cli import install as inst
 
     report = inst.uninstall(bin_dir)

@@ -1,10 +1,16 @@
 """Writing plugin executables and conflists onto a node, and removing exactly those again.
 
-Each executable is a few lines of Python run by this installation's interpreter with ``-I -S``
-(isolated mode, no ``site``): no shell, no venv activation, no scan of site-packages on every
-exec.  The ``sys.path`` entries the plugin needs (where cnichain, pyroute2 and the distro's
-nftables binding live) are resolved once, here, and written into the file.  A manifest next to
-the executables records what was written so ``uninstall`` removes only that.
+Each plugin gets a Python launcher: a few lines run by this installation's interpreter with
+``-I -S`` (isolated mode, no ``site``): no shell, no venv activation, no scan of site-packages on
+every exec.  The ``sys.path`` entries the plugin needs (where cnichain, pyroute2 and the distro's
+nftables binding live) are resolved once, here, and written into the file.
+
+When the native shim was built (``shim/``, see :mod:`cnichain.cli.native_shim`) and an agent
+socket is configured, the plugin's executable is a copy of that static binary instead, configured
+for the plugin type, the socket and its cold path: the Python launcher, written without the agent
+step to ``<bin_dir>/.cnichain-cold/<type>``.  The warm path then starts no interpreter at all.
+
+A manifest next to the executables records what was written so ``uninstall`` removes only that.
 """
 
 from __future__ import annotations
@@ -17,17 +23,14 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
-# CNI type -> module under cnichain.plugins
-PLUGINS: dict[str, str] = {
-    "bridge": "bridge",
-    "host-local": "host_local",
-    "portmap": "portmap",
-    "bandwidth": "bandwidth",
-    "tuning": "tuning",
-    "route-override": "route_override",
-}
+from cnichain.cli import native_shim
+from cnichain.plugins import registry
+
+# CNI type -> module under cnichain.plugins (see plugins/registry.py)
+PLUGINS: dict[str, str] = dict(registry.MODULES)
 MARKER = "# cnichain launcher"
 MANIFEST = ".cnichain-install.json"
+DEFAULT_AGENT_SOCKET = "/run/cnichain/agent.sock"
 
 
 def available_plugins() -> dict[str, str]:
@@ -80,9 +83,8 @@ def launcher_source(
     """
     python = python or sys.executable
     roots = import_roots() if roots is None else roots
-    if agent_socket is None:
-        agent_socket = os.environ.get("CNICHAIN_AGENT_SOCKET", "/run/cnichain/agent.sock")
-    plugin_type = {m: t for t, m in PLUGINS.items()}.get(module, module.replace("_", "-"))
+    agent_socket = resolve_agent_socket(agent_socket)
+    plugin_type = plugin_type_of(module)
     head = (
         f"#!{python} -IS\n"
         f"{MARKER} (written by 'cnichain install'; do not edit)\n"
@@ -132,6 +134,26 @@ def _pinned_prefix_path(roots: list[str]) -> str:
         "    v = p\n"
         f"sys.path[0:0] = [v + '/' + r for r in {roots!r}]\n"
     )
+
+
+def resolve_agent_socket(agent_socket: Optional[str]) -> str:
+    """The socket baked into executables: as given, else ``$CNICHAIN_AGENT_SOCKET``, else the default."""
+    if agent_socket is None:
+        return os.environ.get("CNICHAIN_AGENT_SOCKET", DEFAULT_AGENT_SOCKET)
+    return agent_socket
+
+
+def plugin_type_of(module: str) -> str:
+    return {m: t for t, m in PLUGINS.items()}.get(module, module.replace("_", "-"))
+
+
+def python_launcher(executable: str) -> str:
+    """The Python launcher behind an installed executable: the native shim's cold launcher, or the
+    executable itself when it is a launcher (what ``-X importtime`` measurements must run)."""
+    with open(executable, "rb") as fh:
+        data = fh.read(4 << 20)
+    config = native_shim.read_config(data) if data.startswith(b"\x7fELF") else None
+    return config.fallback if config is not None else executable
 
 
 def conflists_dir() -> str:
@@ -219,8 +241,14 @@ def install(
     python: Optional[str] = None,
     plugins: Optional[list[str]] = None,
     agent_socket: Optional[str] = None,
+    native: Optional[bool] = None,
 ) -> InstallReport:
-    """``agent_socket``: see :func:`launcher_source` (None: the default; "": no agent)."""
+    """``agent_socket``: see :func:`launcher_source` (None: the default; "": no agent).
+
+    ``native``: None installs the native shim as each executable when it was built, False always
+    writes Python launchers, True fails when the shim was not built.  Either way an install without
+    an agent socket ("") writes Python launchers: there the shim would only add an exec.
+    """
     report = InstallReport()
     os.makedirs(bin_dir, mode=0o755, exist_ok=True)
     manifest = _load_manifest(bin_dir)
@@ -228,9 +256,22 @@ def install(
     chosen = available_plugins()
     if plugins is not None:
         chosen = {t: m for t, m in chosen.items() if t in plugins}
+    shim_binary = _native_binary(native, resolve_agent_socket(agent_socket))
     for plugin_type, module in sorted(chosen.items()):
-        source = launcher_source(module, python, roots, agent_socket).encode()
-        _write(os.path.join(bin_dir, plugin_type), source, 0o755, manifest, force, report)
+        target = os.path.join(bin_dir, plugin_type)
+        if shim_binary is None:
+            source = launcher_source(module, python, roots, agent_socket).encode()
+            _write(target, source, 0o755, manifest, force, report)
+            continue
+        # The cold launcher first, so an installed shim never points at a file not yet there.
+        cold = native_shim.cold_launcher_path(bin_dir, plugin_type)
+        os.makedirs(os.path.dirname(cold), mode=0o755, exist_ok=True)
+        _write(cold, launcher_source(module, python, roots, "").encode(), 0o755, manifest, force, report)
+        if cold in report.refused:
+            report.refused.append(target)  # a shim must never fall back to a file we did not write
+            continue
+        config = native_shim.ShimConfig(plugin_type, resolve_agent_socket(agent_socket), cold)
+        _write(target, native_shim.configure(shim_binary, config), 0o755, manifest, force, report)
     if conf_dir and conflist:
         src = os.path.join(conflists_dir(), conflist if conflist.endswith((".conflist", ".conf")) else conflist + ".conflist")
         with open(src, "rb") as fh:
@@ -240,6 +281,19 @@ def install(
         _write(os.path.join(conf_dir, os.path.basename(src)), data, 0o644, manifest, force, report)
     _save_manifest(bin_dir, manifest)
     return report
+
+
+def _native_binary(native: Optional[bool], agent_socket: str) -> Optional[bytes]:
+    """The generic native shim's bytes when executables should be native shims, else None."""
+    if native is False or not agent_socket:
+        return None  # without an agent the shim would only add an exec in front of the launcher
+    path = native_shim.built_binary()
+    if path is None:
+        if native:
+            raise FileNotFoundError("the native shim was not built (shim/build.sh)")
+        return None
+    with open(path, "rb") as fh:
+        return fh.read()
 
 
 def uninstall(bin_dir: str) -> InstallReport:
@@ -257,4 +311,8 @@ def uninstall(bin_dir: str) -> InstallReport:
             report.refused.append(path)
             keep[path] = digest
     _save_manifest(bin_dir, keep)
+    try:  # the cold launchers' directory, once it holds nothing more
+        os.rmdir(os.path.join(bin_dir, native_shim.COLD_DIR))
+    except OSError:
+        pass
     return report

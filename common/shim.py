@@ -6,6 +6,11 @@ no socket, connection refused, a refusal from the agent (not root, unknown plugi
 draining, other protocol version) or no answer in time.  Correctness never depends on the agent:
 the cold path is the same handler code, so the output is byte-for-byte the same either way.
 
+``shim/cnichain-shim.c`` is the same client as a static executable (what ``cnichain install``
+writes as each plugin when it was built; it execs the Python launcher for the cold path).  This
+docstring is the specification for both; ``tests/unit/test_shim_protocol.py`` drives both through
+the same scenarios; a protocol change goes into both.
+
 This module runs on every plugin exec, before anything else is imported, so it uses only the
 built-in ``posix`` and ``sys`` modules and the C ``_socket`` module: ``import socket`` alone costs
 ~5 ms through ``enum``, and even ``import os`` (~0.6 ms with ``_collections_abc``) is left to the
@@ -22,6 +27,8 @@ Wire protocol, version 1.  Every message is a 12-byte header -- magic ``CNIA``, 
 - GO (shim -> agent): empty.  From here on the shim waits for the result: the agent has been told
   to do the work, so giving up early could run the plugin twice at once.
 - RESULT (agent -> shim): exit code (i32), stdout length (u32), stderr length (u32), the bytes.
+  It may also come in place of the ACK: the error for a rejected request, or an answer that needs
+  no worker (VERSION); the shim prints it like any other.
 - REFUSED (agent -> shim): a reason in UTF-8.  The shim falls back to the cold path.
 
 Semantics when the agent disappears: before GO nothing ran, so falling back is exact.  After GO

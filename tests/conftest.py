@@ -68,7 +68,8 @@ def agent_socket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def plugin_dir(tmp_path_factory: pytest.TempPathFactory, agent_socket: str) -> str:
-    """A bin dir with one launcher per cnichain plugin, written by the real installer."""
+    """A bin dir with one executable per cnichain plugin, written by the real installer: Python
+    launchers, or with an agent (CNICHAIN_TEST_AGENT=1) the native shim when it was built."""
     path = str(tmp_path_factory.mktemp("cnibin"))
     report = installer.install(path, agent_socket=agent_socket)
     assert not report.refused

@@ -25,13 +25,26 @@ from cnichain.common import shim
 _LAUNCHER_FORWARD = re.compile(r"^code = forward\('([a-z0-9][a-z0-9._\-]*)', '([^'\\]*)'\)$", re.M)
 
 
+MAX_SHIM_SIZE = 2 << 20  # a static native shim is 35 kB (musl) to ~1 MB (glibc); never read more
+
+
 def launcher_target(binary: str) -> Optional[tuple[str, str]]:
-    """(plugin type, baked socket) when ``binary`` is a launcher written by our installer."""
+    """(plugin type, baked socket) when ``binary`` is a launcher or native shim our installer wrote."""
     try:
         with open(binary, "rb") as fh:
-            head = fh.read(4096).decode("utf-8", "replace")
+            data = fh.read(4096)
+            if data.startswith(b"\x7fELF"):
+                if os.fstat(fh.fileno()).st_size > MAX_SHIM_SIZE:
+                    return None  # a foreign binary (a Go plugin is megabytes)
+                data += fh.read(MAX_SHIM_SIZE)
     except OSError:
         return None
+    if data.startswith(b"\x7fELF"):
+        from cnichain.cli.native_shim import read_config
+
+        config = read_config(data)
+        return (config.plugin_type, config.socket) if config is not None else None
+    head = data.decode("utf-8", "replace")
     from cnichain.cli.install import MARKER
 
     if MARKER not in head:

@@ -61,6 +61,25 @@ def setns(fd: int, nstype: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
+def rehearse() -> None:
+    """Run :func:`enter` once on this process's own namespaces (a no-op move).
+
+    Called where the first real request must not pay for first use: in the agent before it forks
+    (so every worker inherits libc already resolved, ~0.2 ms otherwise) and in each pooled worker
+    while it warms up (so the pages this path writes are its own already, not copied at request
+    time).  ``/proc/self`` names this very process, so nothing is entered that it is not in.
+    """
+    net_fd = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        mnt_fd = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            enter(net_fd, mnt_fd)
+        finally:
+            os.close(mnt_fd)
+    finally:
+        os.close(net_fd)
+
+
 def enter(net_fd: int, mnt_fd: int) -> None:
     """Enter the caller's mount namespace (only when it is not ours already, the common case) and
     then its network namespace, so the plugin sees the same /run, /var/lib and links as a cold exec."""

@@ -30,7 +30,7 @@ import signal
 import socket
 from typing import Any, Optional
 
-from cnichain.cli.agent import worker
+from cnichain.cli.agent import peer, worker
 
 READY = b"ready"
 # A job is one SOCK_SEQPACKET message, bounded by the socket buffer (~208 KiB by default).  Network
@@ -147,6 +147,11 @@ def warm(plugins: dict[str, Any]) -> None:
         exercise(plugins)
     finally:
         sys.stdout, sys.stderr = saved
+    # The per-request steps before the plugin runs, rehearsed here for the same reason: entering
+    # namespaces (its own: a no-op) and emptying the environment (the request brings its own; an
+    # idle worker needs none) write pages that would otherwise be copied inside the request.
+    peer.rehearse()
+    worker.reset_process_state({})
     gc.freeze()
 
 

@@ -2,10 +2,12 @@
 
 One thread around an epoll loop: forking from a multi-threaded process is unsafe, and the loop only
 parses small frames, hands requests to pooled workers (or forks), so it is never the bottleneck
-(~1.5 ms of loop CPU per request when every worker is forked on demand, less with the pool).  Each CNI connection moves through
-``read`` (waiting for the REQUEST) -> ``go`` (ACK sent, waiting for GO) -> ``run`` (a worker owns
-the reply); every state has a deadline, so a silent client or a hung worker costs one slot for a
-bounded time.  Metrics connections get one HTTP answer and are closed.
+(~1.5 ms of loop CPU per request when every worker is forked on demand, less with the pool).  Each
+CNI connection moves through ``read`` (waiting for the REQUEST) -> ``go`` (ACK sent, waiting for GO)
+-> ``run`` (a worker owns the reply); VERSION, a pure function of the plugin, is answered by the
+loop itself in place of the ACK (no worker, no namespace entry).  Every state has a deadline, so a
+silent client or a hung worker costs one slot for a bounded time.  Metrics connections get one HTTP
+answer and are closed.
 
 Signals only record themselves (the wakeup fd ends the select); the loop then drains: listeners
 close at once, connections that have not been told GO are refused (their shims run cold), running
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import io
 import os
 import selectors
 import signal
@@ -93,6 +96,7 @@ class Agent:
         self.plugins = load_plugins(self.cfg.extra_plugins)
         loaded = preload(self.plugins)
         loaded += exercise(self.plugins)
+        peer.rehearse()  # resolve what entering a caller's namespaces needs once, before any fork
         gc.collect()
         gc.freeze()  # keep the warm heap shared with workers (no copy-on-write from the collector)
         self.log(f"warm in {(time.perf_counter() - started) * 1000:.0f} ms: plugins={','.join(sorted(self.plugins))} "
@@ -320,6 +324,9 @@ class Agent:
                                                              Code.DECODING_FAILURE))
             return
         conn.req = req
+        if req.command == "VERSION":
+            self._answer_version(conn, req)
+            return
         conn.state = "go"
         conn.deadline = time.monotonic() + GO_TIMEOUT
         try:
@@ -343,6 +350,21 @@ class Agent:
             self._close(conn)
             return
         self._start(conn)
+
+    def _answer_version(self, conn: Conn, req: AgentRequest) -> None:
+        """VERSION is a pure function of the plugin (no stdin, no namespace, no state): answered here,
+        at once, with the RESULT in place of the ACK -- which both shims print, as for a rejected
+        request -- instead of a worker entering the caller's namespaces to write the same line."""
+        from cnichain.common.skel import dispatch
+
+        started = time.monotonic()
+        out, err = io.StringIO(), io.StringIO()
+        code = dispatch(self.plugins[req.plugin_type], {"CNI_COMMAND": "VERSION"}, b"", out, err)
+        elapsed = time.monotonic() - started
+        self.metrics.done(req.plugin_type, req.command, "ok" if code == 0 else "error", elapsed)
+        self.log(f"request plugin={req.plugin_type} command=VERSION container={req.container_id} exit={code} "
+                 f"outcome={'ok' if code == 0 else 'error'} ms={elapsed * 1000:.1f} worker=none")
+        self._send_and_close(conn, protocol.output_frame(code, out.getvalue(), err.getvalue()))
 
     # -- workers ---------------------------------------------------------------------------------
     def _start(self, conn: Conn) -> None:

@@ -36,7 +36,11 @@ def reset_process_state(env: dict) -> None:
     from cnichain.common import log as log_mod
     from cnichain.common import nft as nft_mod
 
-    os.environ.clear()
+    # Not os.environ.clear(): MutableMapping.clear pops one key at a time, each pop copying the key
+    # list first -- quadratic, ~0.1 ms per request for an agent started from a shell.  Deleting
+    # every key and adding the request's in order leaves the same environment, in the same order.
+    for key in list(os.environ):
+        del os.environ[key]
     os.environ.update(env)
     nft_mod._nft = None  # a libnftables context belongs to the namespace it was made in
     log_mod.log.__init__()  # type: ignore[misc]

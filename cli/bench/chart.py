@@ -1,4 +1,5 @@
-"""The optional PNG: growth latency against pods present, ours (and warm) against the reference.
+"""The optional PNG: the chain per plugin (cold, warm and reference side by side, ADD and DEL), and
+growth latency against pods present, ours (and warm) against the reference.
 
 matplotlib is an optional dependency (``pip install 'cnichain[bench]'``); without it the bench
 still writes its JSON and table and notes why the chart is missing.  Imported only here.
@@ -8,9 +9,65 @@ from __future__ import annotations
 
 from typing import Optional
 
+from cnichain.plugins import registry
+
+
+MODE_COLORS = {"cold": "tab:blue", "warm": "tab:green", "reference": "tab:red"}
+MODE_LABELS = {"cold": "cnichain cold", "warm": "cnichain warm", "reference": "reference"}
+CHAIN_ORDER = registry.CHAIN_ORDER
+
+
+def chain_bars(out: dict) -> tuple[list[str], dict[str, list[Optional[float]]]]:
+    """(group labels, {mode: median ms per group}) for the per-plugin chart; pure, for tests.
+
+    Groups are "<plugin> <command>" for ADD and DEL in chain order, then the per-pod chain totals
+    (like for like); a mode without a value for a group has None there (no bar).
+    """
+    chain = out.get("chain", {})
+    modes = [m for m in ("cold", "warm", "reference") if m in out.get("modes", {})]
+    plugins = sorted(chain, key=lambda p: (CHAIN_ORDER.index(p) if p in CHAIN_ORDER else 99, p))
+    labels: list[str] = []
+    values: dict[str, list[Optional[float]]] = {m: [] for m in modes}
+    for plugin in plugins:
+        for c in ("ADD", "DEL"):
+            cells = chain[plugin].get(c)
+            if not cells:
+                continue
+            labels.append(f"{plugin}\n{c}")
+            for m in modes:
+                values[m].append((cells.get(m) or {}).get("median_ms"))
+    totals = out.get("chain_totals", {})
+    for c in ("ADD", "DEL"):
+        if any(m in totals for m in modes):
+            labels.append(f"chain/pod\n{c}")
+            for m in modes:
+                cell = (totals.get(m) or {}).get("all" if m == "reference" else "like_for_like", {}).get(c, {})
+                values[m].append(cell.get("median_ms"))
+    return labels, values
+
+
+def _draw_chain(ax, out: dict) -> None:
+    labels, values = chain_bars(out)
+    width = 0.8 / max(1, len(values))
+    for k, (m, meds) in enumerate(values.items()):
+        xs = [i + (k - (len(values) - 1) / 2) * width for i in range(len(labels))]
+        pts = [(x, v) for x, v in zip(xs, meds) if v is not None]
+        if pts:
+            ax.bar([p[0] for p in pts], [p[1] for p in pts], width, color=MODE_COLORS[m], label=MODE_LABELS[m])
+    floor = out.get("floor", {}).get("median_ms")
+    if floor:
+        ax.axhline(floor, color="grey", linewidth=0.8, linestyle="--", label="python -I -S floor")
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("median exec-to-exit (ms)")
+    ax.set_yscale("log")
+    ax.set_title("the chain per plugin and command (bridge includes host-local); chain totals per pod")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper center", ncol=4)
+
 
 def write_chart(out: dict, path: str) -> Optional[str]:
-    """A PNG of growth latency against pods present; returns why it was skipped, or None."""
+    """A PNG of the chain per plugin and of growth latency; returns why it was skipped, or None."""
     try:
         import matplotlib
 
@@ -19,9 +76,25 @@ def write_chart(out: dict, path: str) -> Optional[str]:
     except ImportError:
         return "matplotlib is not installed (pip install 'cnichain[bench]')"
     g = out.get("growth", {})
-    if not g:
-        return "no growth data"
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    has_chain = bool(chain_bars(out)[0])
+    if not g and not has_chain:
+        return "no chain or growth data"
+    rows = int(bool(g)) + int(has_chain)
+    fig = plt.figure(figsize=(12, 4.4 * rows))
+    grid = fig.add_gridspec(rows, 2)
+    if has_chain:
+        _draw_chain(fig.add_subplot(grid[0, :]), out)
+    if g:
+        _draw_growth([fig.add_subplot(grid[rows - 1, i]) for i in range(2)], out)
+    fig.suptitle(f"cnichain vs reference, {out['when']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+def _draw_growth(axes: list, out: dict) -> None:
+    g = out["growth"]
     styles = {"cold": "-", "reference": "--", "warm": ":"}
     for ax, plugin in zip(axes, ("host-local", "portmap")):
         for c, color in (("ADD", "tab:blue"), ("DEL", "tab:orange")):
@@ -46,9 +119,4 @@ def write_chart(out: dict, path: str) -> Optional[str]:
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"cnichain vs reference, {out['when']}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return None
 

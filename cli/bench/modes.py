@@ -1,8 +1,9 @@
 """Setting up the implementations under test: launchers, one node namespace each, their chains.
 
 Each mode gets its own node namespace, pod namespaces, IPAM directory and result cache, so the
-modes never see each other's bridges, rules or reservations.  "cold" is our installed launchers
-(never forwarding to an agent), "warm" the same launchers pointed at an agent started for the run,
+modes never see each other's bridges, rules or reservations.  "cold" is our installed executables
+(never forwarding to an agent), "warm" the same executables pointed at an agent started for the run
+(the native shim when it was built, else the Python launchers; the summary says which),
 "reference" the Go plugins.  A plugin a mode lacks is stood in by the reference binary (when
 ``fallback``) and recorded as such in the mode's provenance, or left out and listed as skipped.
 """
@@ -24,7 +25,9 @@ def setup(bench: Bench) -> None:
 
     o = bench.o
     report = installer.install(bench.our_bin)
-    ours = sorted(os.path.basename(p) for p in report.written + report.unchanged)
+    ours = sorted(os.path.basename(p) for p in report.written + report.unchanged
+                  if os.path.dirname(p) == bench.our_bin)
+    bench.executables = executables_kind(bench.our_bin)
     missing = sorted(set(installer.PLUGINS) - set(ours))
     if missing:
         bench.notes.append(f"not yet implemented by cnichain: {', '.join(missing)}")
@@ -48,6 +51,17 @@ def setup(bench: Bench) -> None:
     base = load_conflist(o.conflist)
     for mode in bench.modes.values():
         mode.conflist = chain_for(bench, mode, base)
+
+
+def executables_kind(bin_dir: str) -> str:
+    """"native shim" when the installed executables are the static shim, else "python launcher"."""
+    from cnichain.cli.install import python_launcher
+
+    for name in sorted(os.listdir(bin_dir)):
+        path = os.path.join(bin_dir, name)
+        if os.path.isfile(path) and not name.startswith("."):
+            return "native shim" if python_launcher(path) != path else "python launcher"
+    return ""
 
 
 def make_mode(bench: Bench, name: str, dirs: list[str]) -> Mode:

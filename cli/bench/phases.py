@@ -45,8 +45,12 @@ def pod_netns(bench: Bench, mode: Mode, i: int) -> str:
 
 # -- floor ---------------------------------------------------------------------------------------
 def run_floor(bench: Bench) -> None:
-    """A bare interpreter start, and every plugin's VERSION exec: start-up cost, no plugin work."""
+    """A bare interpreter start, the native shim's bare exec (when built), and every plugin's VERSION
+    exec: start-up cost, no plugin work."""
+    from cnichain.cli.native_shim import built_binary
+
     python = sys.executable
+    shim = built_binary()
     plugin_types = sorted({p for m in bench.modes.values() for p in m.provenance})
     n = bench.o.floor_samples
     for i in range(n):
@@ -54,6 +58,12 @@ def run_floor(bench: Bench) -> None:
         started = time.perf_counter()
         subprocess.run([python, "-I", "-S", "-c", "pass"], check=False)
         bench.samples.append(Sample("python", "floor", "python -I -S -c pass", "START", time.perf_counter() - started, 0))
+        if shim:
+            # The generic (unconfigured) binary prints one error line and exits: exec, start and exit
+            # of the static executable alone, what the warm path pays before it reaches the socket.
+            started = time.perf_counter()
+            subprocess.run([shim], stdout=subprocess.DEVNULL, check=False)
+            bench.samples.append(Sample("shim", "floor", "cnichain-shim", "START", time.perf_counter() - started, 0))
         for mode in bench.ordered(i):
             for ptype in plugin_types:
                 if mode.provenance.get(ptype) is None:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Optional
 
+from cnichain.plugins import registry
+
 from cnichain.cli.bench.stats import median_ratio, verdict
 
 LABEL = {"cold": "ours", "warm": "warm", "reference": "ref"}
-CHAIN_ORDER = ["bridge", "portmap", "bandwidth", "tuning", "route-override"]
+CHAIN_ORDER = list(registry.CHAIN_ORDER)
 
 
 def _ms(v: Optional[float]) -> str:
@@ -33,18 +35,26 @@ def render_table(out: dict) -> str:
                  f"python={out['machine']['python']}")
     if floor.get("n"):
         lines.append(f"interpreter floor (python -I -S -c pass): median {_ms(floor['median_ms'])} ms  p95 {_ms(floor['p95_ms'])} ms")
+    shim_floor = out.get("shim_floor", {})
+    if shim_floor.get("n"):
+        lines.append(f"native shim bare exec (cnichain-shim): median {_ms(shim_floor['median_ms'])} ms  "
+                     f"p95 {_ms(shim_floor['p95_ms'])} ms")
+    if out.get("executables"):
+        lines.append(f"our plugin executables: {out['executables']}")
     for m, info in out.get("modes", {}).items():
         fall = [p for p, w in info["plugins"].items() if w == "reference" and m != "reference"]
         lines.append(f"mode {m}: {', '.join(sorted(info['plugins']))}"
                      + (f"  (reference fallback: {', '.join(fall)})" if fall else "")
                      + (f"  (left out: {', '.join(info['skipped'])})" if info["skipped"] else ""))
     cols = [m for m in (ours, ref, "warm") if m and m in modes]
+    warm_col = bool(ref and "warm" in modes)
 
     def header(title: str, first: str) -> None:
         lines.append("")
         lines.append(title)
         head = f"  {first:<28}" + "".join(f"{LABEL[m] + ' med':>12}{LABEL[m] + ' p95':>12}" for m in cols)
         head += "  ours/ref" if ours and ref else ""
+        head += "  warm/ref" if warm_col else ""
         lines.append(head)
 
     def row(label: str, cells: dict, r: Optional[float]) -> None:
@@ -54,6 +64,8 @@ def render_table(out: dict) -> str:
             text += f"{_ms(st.get('median_ms')):>12}{_ms(st.get('p95_ms')):>12}"
         if ours and ref:
             text += f"{_x(r):>10}"
+        if warm_col:
+            text += f"{_x(median_ratio(cells.get('warm'), cells.get(ref or ''))):>10}"
         lines.append(text)
 
     if out.get("version"):

@@ -67,6 +67,7 @@ class Bench:
         self.modes: dict[str, Mode] = {}
         self.our_bin = os.path.join(lab.workdir, "bin")
         self.cleanup: list[Any] = []  # context managers to exit when the bench ends (the agent)
+        self.executables = ""  # "native shim" or "python launcher": what our installed plugins are
 
     def recorder(self, mode: Mode) -> Callable[[ExecRecord], None]:
         """The ``on_exec`` hook for ``mode``'s runtimes."""

@@ -15,6 +15,13 @@ from typing import Optional
 PORTMAP_LIMITS = (1.0, 0.5)
 FLOOR_LIMIT = 2.5  # host-local and tuning (sysctls only): at most this many bare interpreter starts
 CHAIN_LIMIT = 4.0  # the whole chain, like for like, against the reference
+# warm (node agent + shim) against the reference, issue 13: chain totals per pod, each plugin's
+# median (host-local and tuning get more room), VERSION, and a batch of pods in parallel.
+WARM_CHAIN_LIMITS = {"ADD+DEL": 0.5, "ADD": 0.75}
+WARM_PLUGIN_LIMIT = 1.5
+WARM_SLOW_PLUGINS = {"host-local": 2.0, "tuning": 2.0}
+WARM_VERSION_LIMIT = 1.5
+WARM_PARALLEL_LIMIT = 0.75
 
 
 def pct(values: list[float], q: float) -> float:
@@ -90,6 +97,46 @@ def targets(out: dict, ours: Optional[str]) -> list[dict]:
     r = out.get("chain_totals", {}).get("ratio", {})
     if r:
         add("chain ADD+DEL per pod median: ours/reference (like for like)", r.get("ADD+DEL"), CHAIN_LIMIT, "x")
+    rows += warm_targets(out)
+    return rows
+
+
+def warm_targets(out: dict) -> list[dict]:
+    """The warm path's targets (warm/reference on medians), when both modes ran."""
+    rows: list[dict] = []
+
+    def add(name: str, value: Optional[float], limit: float) -> None:
+        rows.append({"target": name, "value": value, "limit": limit, "unit": "x",
+                     "met": None if value is None else value <= limit})
+
+    def warm_ratio(cells: dict) -> Optional[float]:
+        if (cells.get("warm") or {}).get("impl") not in ("ours", None):
+            return None  # a reference stand-in never meets a target
+        return median_ratio(cells.get("warm"), cells.get("reference"))
+
+    totals = out.get("chain_totals", {}).get("ratio_warm", {})
+    for c, limit in WARM_CHAIN_LIMITS.items():
+        if c in totals:
+            add(f"warm chain {c} per pod median: warm/reference", totals[c], limit)
+    per_plugin = dict(out.get("chain", {}))
+    if "host-local" not in per_plugin:  # bridge's delegate is not timed alone: growth at 0 pods is
+        per_plugin["host-local"] = {c: lv["0"] for c, lv in out.get("growth", {}).get("host-local", {}).items()
+                                    if "0" in lv}
+    for plugin, pc in sorted(per_plugin.items()):
+        for c in ("ADD", "DEL"):
+            cells = pc.get(c, {})
+            if "warm" in cells and "reference" in cells:
+                add(f"warm {plugin} {c} median: warm/reference", warm_ratio(cells),
+                    WARM_SLOW_PLUGINS.get(plugin, WARM_PLUGIN_LIMIT))
+    for plugin, cells in sorted(out.get("version", {}).items()):
+        if "warm" in cells and "reference" in cells:
+            add(f"warm {plugin} VERSION median: warm/reference", median_ratio(cells["warm"], cells["reference"]),
+                WARM_VERSION_LIMIT)
+    par = out.get("parallel", {})
+    for c in ("ADD", "DEL"):
+        if c in par.get("warm", {}) and c in par.get("reference", {}):
+            add(f"warm {out.get('parallel_pods')} pods in parallel {c}: warm/reference",
+                median_ratio(par["warm"][c], par["reference"][c]), WARM_PARALLEL_LIMIT)
     return rows
 
 

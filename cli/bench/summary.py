@@ -55,6 +55,8 @@ def summarize(bench: Any, elapsed: float) -> dict:
         "modes": {m.name: {"bin_dirs": m.bin_dirs, "plugins": m.provenance, "skipped": m.skipped}
                   for m in bench.modes.values()},
         "floor": stats(pick(phase="floor", mode="python")),
+        "shim_floor": stats(pick(phase="floor", mode="shim")),
+        "executables": getattr(bench, "executables", ""),
         "notes": list(bench.notes),
         "errors": bench.errors,
     }

@@ -10,6 +10,8 @@ import difflib
 import importlib
 from typing import Iterable, Optional
 
+from cnichain.plugins import registry
+
 # The conflist's own keys (libcni's NetworkConfigList, including 1.1.0's additions).
 LIST_KEYS = ("cniVersion", "cniVersions", "name", "plugins", "disableCheck", "disableGC",
              "loadOnlyInlinedPlugins")
@@ -24,25 +26,11 @@ WELL_KNOWN_CAPABILITIES = ("portMappings", "bandwidth", "ipRanges", "ips", "mac"
                            "deviceID", "infinibandGUID", "cgroupPath", "io.kubernetes.cri.pod-annotations")
 
 # Plugins that need a previous result and never create the interface.
-META_TYPES = frozenset({"portmap", "bandwidth", "tuning", "route-override", "firewall", "sbr", "vrf"})
+META_TYPES = frozenset({*registry.META, "firewall", "sbr", "vrf"})
 
 # Our plugin types -> the module holding PLUGIN (versions) and the capabilities each consumes.
-OUR_TYPES = {
-    "bridge": "cnichain.plugins.bridge.plugin",
-    "host-local": "cnichain.plugins.host_local.plugin",
-    "portmap": "cnichain.plugins.portmap.plugin",
-    "bandwidth": "cnichain.plugins.bandwidth.plugin",
-    "tuning": "cnichain.plugins.tuning.plugin",
-    "route-override": "cnichain.plugins.route_override.plugin",
-}
-CONSUMES = {
-    "bridge": ("mac",),
-    "portmap": ("portMappings",),
-    "bandwidth": ("bandwidth",),
-    "tuning": ("mac",),
-    "route-override": (),
-    "host-local": ("ipRanges", "ips"),
-}
+OUR_TYPES = {t.name: f"cnichain.plugins.{t.module}.plugin" for t in registry.TYPES}
+CONSUMES = {t.name: t.capabilities for t in registry.TYPES}
 # Reference main plugins that hand their whole config to the IPAM plugin unchanged, so a host-local
 # "ipam" under them is checked like ours.  Other types may rewrite it (antrea, flannel, ...).
 PASSES_IPAM_VERBATIM = frozenset({"bridge", "ptp", "macvlan", "ipvlan", "host-device", "vlan", "dummy", "tap"})
@@ -68,13 +56,8 @@ def _host_local_ipam_keys() -> tuple[str, ...]:
 
 HOST_LOCAL_IPAM_KEYS = _host_local_ipam_keys()
 
-_SCHEMA_MODULES = {
-    "bridge": "cnichain.plugins.bridge.config",
-    "portmap": "cnichain.plugins.portmap.config",
-    "bandwidth": "cnichain.plugins.bandwidth.config",
-    "tuning": "cnichain.plugins.tuning.config",
-    "route-override": "cnichain.plugins.route_override.config",
-}
+# host-local's SCHEMA is the whole network config (its keys live under "ipam", checked apart).
+_SCHEMA_MODULES = {t.name: f"cnichain.plugins.{t.module}.config" for t in registry.TYPES if t.role != "ipam"}
 
 
 def is_ours(plugin_type: str) -> bool:

@@ -15,9 +15,10 @@ import json
 from typing import Optional
 
 from cnichain.cli.node.atomic import CONF_SUFFIXES
+from cnichain.plugins import registry
 
 OUR_PREFIX = "cnichain-"
-REPLACED = ("portmap", "bandwidth", "tuning", "route-override")
+REPLACED = registry.META  # the primary's meta plugins that ours replace
 DEFAULT_ADDED: tuple[dict, ...] = (
     {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
     {"type": "bandwidth", "capabilities": {"bandwidth": True}},

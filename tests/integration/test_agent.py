@@ -22,6 +22,7 @@ from typing import Iterator, Optional
 import pytest
 
 from cnichain.cli import install as installer
+from cnichain.cli import native_shim
 from cnichain.cli.agent import fetch_metrics, running_agent
 from cnichain.cli.runtime import Attachment, ConfList, Runtime
 from cnichain.common import netns as netns_mod
@@ -63,6 +64,17 @@ class Setup:
         installer.install(self.cold, agent_socket="")
         _probe_launcher(os.path.join(self.warm, "probe"), self.sock)
         _probe_launcher(os.path.join(self.cold, "probe"), "")
+        self.native_probe = ""  # the probe behind the native shim, when it was built
+        binary = native_shim.built_binary()
+        if binary:
+            self.native_probe = os.path.join(root, "native", "probe")
+            os.makedirs(os.path.dirname(self.native_probe))
+            with open(binary, "rb") as fh:
+                config = native_shim.ShimConfig("probe", self.sock, os.path.join(self.cold, "probe"))
+                data = native_shim.configure(fh.read(), config)
+            with open(self.native_probe, "wb") as fh:
+                fh.write(data)
+            os.chmod(self.native_probe, 0o755)
         self.record = os.path.join(root, "record.jsonl")
 
     def agent(self, *args: str):
@@ -506,3 +518,33 @@ def test_without_a_pool_and_with_a_request_too_big_for_one_workers_are_forked(se
             assert json.loads(out) == {"cniVersion": "1.0.0"}
             wait_for(lambda: 'how="forked"} 1' in agent.metrics())
             assert 'how="pooled"' not in agent.metrics()
+
+
+def test_version_is_answered_by_the_agent_itself_like_the_cold_path(setup):
+    """VERSION needs no worker and no namespace: the agent answers it in place of the ACK."""
+    plugins = list(installer.available_plugins())
+    with setup.agent() as agent:
+        for plugin in plugins:
+            assert run(setup.warm, plugin, "VERSION", b"") == run(setup.cold, plugin, "VERSION", b"")
+        wait_for(lambda: agent.metrics().count('command="VERSION",outcome="ok"} 1') == len(plugins))
+        lines = [line for line in open(agent.log_path) if "command=VERSION" in line]
+    assert len(lines) == len(plugins) and all("worker=none" in line for line in lines)
+
+
+def test_native_shim_gets_the_answer_of_a_worker_whose_agent_was_killed_then_runs_cold(setup):
+    """The worker, not the agent, owns the reply: the native shim waits for it past the agent's death."""
+    if not setup.native_probe:
+        pytest.skip("the native shim is not built (shim/build.sh)")
+    native_dir = os.path.dirname(setup.native_probe)
+    with setup.agent() as agent:
+        proc = start(native_dir, "probe", "ADD", probe_conf(setup, sleep=1.0))
+        wait_for(lambda: any(r["phase"] == "start" for r in setup.records()))
+        agent.kill()
+        code, out, err = finish(proc)
+        assert code == 0, out + err
+        assert json.loads(out) == {"cniVersion": "1.0.0"}
+        assert [r["phase"] for r in setup.records()] == ["start", "end"]  # ran once, in the worker
+        assert setup.records()[0]["pid"] != proc.pid
+        proc = start(native_dir, "probe", "ADD", probe_conf(setup))  # socket file left, nobody there
+        assert finish(proc)[0] == 0
+        assert setup.records()[-1]["pid"] == proc.pid  # the cold launcher, exec'd in the shim's place

@@ -413,3 +413,26 @@ def test_metrics_count_pooled_and_forked_workers():
     text = m.render()
     assert 'cnichain_agent_workers_started_total{how="pooled"} 2' in text
     assert 'cnichain_agent_workers_started_total{how="forked"} 1' in text
+
+
+def test_a_worker_takes_exactly_the_requests_environment_in_order():
+    """What os.environ and an exec'd child (a delegate) see afterwards: the request's variables only."""
+    code = ("import os, subprocess; from cnichain.cli.agent import worker; "
+            "worker.reset_process_state({'CNI_COMMAND': 'ADD', 'B': '2', 'A': '1'}); "
+            "print(list(os.environ.items())); "
+            "print(subprocess.run(['env', '-0'], capture_output=True).stdout.split(b'\\0')[:-1])")
+    env = {"AGENT_ONLY": "x", "A": "0", "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    first, second = out.splitlines()
+    assert eval(first) == [("CNI_COMMAND", "ADD"), ("B", "2"), ("A", "1")]
+    assert eval(second) == [b"CNI_COMMAND=ADD", b"B=2", b"A=1"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="setns needs CAP_SYS_ADMIN")
+def test_rehearsing_namespace_entry_stays_where_it_is_and_resolves_libc_once():
+    from cnichain.cli.agent import peer
+
+    before = (peer.ns_id("/proc/self/ns/net"), peer.ns_id("/proc/self/ns/mnt"))
+    peer.rehearse()
+    assert (peer.ns_id("/proc/self/ns/net"), peer.ns_id("/proc/self/ns/mnt")) == before
+    assert hasattr(os, "setns") or peer._libc is not None  # a worker forked now inherits it

@@ -218,10 +218,61 @@ def test_write_outputs_json_and_table(summary, tmp_path):
 
 def test_chart_is_a_png_or_says_why_not(summary, tmp_path):
     assert bench.write_chart({"when": "now"}, str(tmp_path / "none.png")) in (
-        "no growth data", "matplotlib is not installed (pip install 'cnichain[bench]')")
+        "no chain or growth data", "matplotlib is not installed (pip install 'cnichain[bench]')")
     path = tmp_path / "g.png"
     why = bench.write_chart(summary, str(path))
     if why is None:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     else:
         assert "matplotlib" in why
+
+
+# -- the warm path: targets, columns, the per-plugin chart -------------------------------------------
+
+
+def _warm_bench() -> SimpleNamespace:
+    fake = _fake_bench()
+    fake.modes["warm"] = _mode("warm", {"bridge": "ours", "host-local": "ours", "portmap": "reference"})
+    fake.samples.append(Sample("shim", "floor", "cnichain-shim", "START", 0.0005, 0))
+    fake.samples.append(Sample("warm", "floor", "bridge", "VERSION", 0.004, 0))
+    for _pod in range(2):
+        fake.samples.append(Sample("warm", "chain", "bridge", "ADD", 0.006, 0))
+        fake.samples.append(Sample("warm", "chain", "bridge", "DEL", 0.013, 0))
+    for pod in range(2):
+        fake.chain_totals.append({"mode": "warm", "pod": pod, "command": "ADD", "ok": True, "seconds": 0.006,
+                                  "plugins": {"bridge": 0.006}})
+        fake.chain_totals.append({"mode": "warm", "pod": pod, "command": "DEL", "ok": True, "seconds": 0.013,
+                                  "plugins": {"bridge": 0.013}})
+    fake.parallel += [{"mode": "warm", "round": 0, "command": c, "pods": 2, "wall_seconds": 0.05, "failed": 0}
+                      for c in ("ADD", "DEL")]
+    fake.executables = "native shim"
+    return fake
+
+
+def test_warm_targets_are_warm_over_reference():
+    rows = {r["target"]: r for r in st.targets(summarize(_warm_bench(), 1.0), "cold")}
+    assert rows["warm bridge ADD median: warm/reference"]["value"] == pytest.approx(0.6)
+    assert rows["warm bridge ADD median: warm/reference"]["met"] is True
+    assert rows["warm bridge DEL median: warm/reference"]["met"] is False  # 13 ms of 8 ms: over 1.5x
+    assert rows["warm bridge VERSION median: warm/reference"]["value"] == pytest.approx(0.8)
+    assert rows["warm chain ADD per pod median: warm/reference"]["value"] == pytest.approx(0.6)
+    assert rows["warm chain ADD+DEL per pod median: warm/reference"]["met"] is False  # 19 ms of 18 ms
+    assert rows["warm 2 pods in parallel ADD: warm/reference"]["value"] == pytest.approx(0.5)
+    assert not [t for t in rows if t.startswith("warm") and "portmap" in t]  # no warm portmap samples
+
+
+def test_table_shows_the_warm_column_the_shim_floor_and_the_executables():
+    text = bench.render_table(summarize(_warm_bench(), 1.0))
+    assert "warm/ref" in text and "0.60x" in text
+    assert "native shim bare exec (cnichain-shim): median 0.5 ms" in text
+    assert "our plugin executables: native shim" in text
+
+
+def test_chain_chart_bars_per_plugin_command_and_mode():
+    from cnichain.cli.bench.chart import chain_bars
+
+    labels, values = chain_bars(summarize(_warm_bench(), 1.0))
+    assert labels[:2] == ["bridge\nADD", "bridge\nDEL"] and labels[-2:] == ["chain/pod\nADD", "chain/pod\nDEL"]
+    assert list(values) == ["cold", "warm", "reference"]
+    assert values["warm"][0] == pytest.approx(6) and values["reference"][0] == pytest.approx(10)
+    assert "route-override\nADD" in labels and values["reference"][labels.index("route-override\nADD")] is None

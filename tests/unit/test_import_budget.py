@@ -45,6 +45,7 @@ def imported_modules(
     """Run ``launcher`` once (after ``prefix``, e.g. ``ip netns exec NS``); return
     (exit code, {module: cumulative µs}, stdout)."""
     full_env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **env}
+    launcher = installer.python_launcher(launcher)  # behind a native shim: its cold launcher
     with open(launcher) as fh:
         shebang = fh.readline()[2:].split()
     # The launcher's own interpreter and flags, plus -X importtime.

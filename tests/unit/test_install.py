@@ -19,7 +19,7 @@ def test_launcher_runs_isolated_and_without_site(tmp_path):
 
 
 def test_install_then_version_from_launcher(tmp_path):
-    report = inst.install(str(tmp_path), plugins=["host-local"])
+    report = inst.install(str(tmp_path), plugins=["host-local"], native=False)
     launcher = tmp_path / "host-local"
     assert [str(launcher)] == report.written
     assert os.access(launcher, os.X_OK)
@@ -37,8 +37,8 @@ def test_refuses_foreign_file_unless_forced(tmp_path):
 
 
 def test_reinstall_is_unchanged_and_uninstall_removes_only_ours(tmp_path):
-    inst.install(str(tmp_path), plugins=["host-local"])
-    assert inst.install(str(tmp_path), plugins=["host-local"]).unchanged == [str(tmp_path / "host-local")]
+    inst.install(str(tmp_path), plugins=["host-local"], native=False)
+    assert inst.install(str(tmp_path), plugins=["host-local"], native=False).unchanged == [str(tmp_path / "host-local")]
     other = tmp_path / "loopback"
     other.write_text("someone else's plugin")
     report = inst.uninstall(str(tmp_path))
@@ -47,7 +47,7 @@ def test_reinstall_is_unchanged_and_uninstall_removes_only_ours(tmp_path):
 
 
 def test_modified_file_is_kept_on_uninstall(tmp_path):
-    inst.install(str(tmp_path), plugins=["host-local"])
+    inst.install(str(tmp_path), plugins=["host-local"], native=False)
     launcher = tmp_path / "host-local"
     launcher.write_text(launcher.read_text() + "# local edit\n")
     report = inst.uninstall(str(tmp_path))
