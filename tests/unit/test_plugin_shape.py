@@ -19,12 +19,11 @@ import pytest
 
 import cnichain.common as common_pkg
 import cnichain.plugins as plugins_pkg
+from cnichain.plugins.registry import TYPES
 
 PLUGINS_DIR = os.path.dirname(plugins_pkg.__file__)
 COMMON_DIR = os.path.dirname(common_pkg.__file__)
-PLUGINS = sorted(
-    d for d in os.listdir(PLUGINS_DIR) if os.path.isfile(os.path.join(PLUGINS_DIR, d, "plugin.py"))
-)
+PLUGINS = sorted(t.module for t in TYPES)
 SHAPE = ("config.py", "plan.py", "kernel.py", "plugin.py", "__main__.py")
 WRITES = re.compile(
     r"sysctl\.(write|ensure)\(|nft\.(apply|handle)\(|os\.(replace|unlink|link|makedirs|write)\("
@@ -37,8 +36,9 @@ def _sources(directory: str) -> list[str]:
     return sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.endswith(".py"))
 
 
-def test_plugins_found():
-    assert PLUGINS == ["bandwidth", "bridge", "host_local", "portmap", "route_override", "tuning"]
+def test_every_plugin_package_is_registered():
+    packages = {d for d in os.listdir(PLUGINS_DIR) if os.path.isfile(os.path.join(PLUGINS_DIR, d, "plugin.py"))}
+    assert packages == set(PLUGINS)
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
