@@ -56,8 +56,10 @@ def _copy(src: str, dst: str) -> None:
     os.chmod(dst, 0o755 if exec_bit else 0o644)
 
 
-def _tree_id(staging: str, plan: Plan, prefix: str) -> str:
+def _tree_id(staging: str, plan: Plan, prefix: str, stamp: str = "") -> str:
     h = hashlib.sha256(f"cnichain-tree/{FORMAT}\0{prefix}\0".encode())
+    if stamp:  # a rebuild of the same inputs that must still get a version directory of its own
+        h.update(f"stamp\0{stamp}\0".encode())
     for rel in sorted(plan.all_files()):
         with open(os.path.join(staging, rel), "rb") as fh:
             h.update(rel.encode() + b"\0" + hashlib.sha256(fh.read()).digest())
@@ -85,7 +87,7 @@ def _write_file(path: str, data: bytes, mode: int) -> None:
     os.replace(tmp, path)
 
 
-def _manifest(plan: Plan, prefix: str, tree_id: str) -> dict:
+def _manifest(plan: Plan, prefix: str, tree_id: str, stamp: str = "") -> dict:
     owners = debian.owners(sorted(set(plan.debian.values())))
     unknown = sorted(rel for rel, src in plan.debian.items() if src not in owners)
     from importlib.metadata import version
@@ -99,11 +101,17 @@ def _manifest(plan: Plan, prefix: str, tree_id: str) -> dict:
         "debian_packages": debian.versions({o.split(":")[0] for o in owners.values()}),
         "python_distributions": dict(sorted(plan.dist_versions.items())),
         "files_without_package": unknown,
+        **({"build_stamp": stamp} if stamp else {}),
     }
 
 
-def build(out: str, prefix: str = layout.DEFAULT_PREFIX, agent_socket: str = "/run/cnichain/agent.sock") -> BuildReport:
-    """Build the tree for ``prefix`` under ``out`` and return what was built."""
+def build(out: str, prefix: str = layout.DEFAULT_PREFIX, agent_socket: str = "/run/cnichain/agent.sock",
+          stamp: str = "") -> BuildReport:
+    """Build the tree for ``prefix`` under ``out`` and return what was built.
+
+    ``stamp``: a build label (e.g. a CI build number) recorded in the manifest and hashed into the
+    tree id, so a rebuild of identical inputs still installs as a new version; "" adds nothing.
+    """
     from cnichain.cli import install as launchers
 
     started = time.monotonic()
@@ -124,7 +132,7 @@ def build(out: str, prefix: str = layout.DEFAULT_PREFIX, agent_socket: str = "/r
             _copy(src, os.path.join(staging, rel))
         for rel, target in plan.symlinks.items():
             os.symlink(target, os.path.join(staging, rel))
-        tree_id = _tree_id(staging, plan, prefix)
+        tree_id = _tree_id(staging, plan, prefix, stamp)
         final_host = layout.version_dir(prefix, tree_id)
         final = layout.under(out, final_host)
         shutil.rmtree(final, ignore_errors=True)
@@ -138,7 +146,7 @@ def build(out: str, prefix: str = layout.DEFAULT_PREFIX, agent_socket: str = "/r
                                 invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
     if not ok:
         raise RuntimeError("compileall failed on the carried sources")
-    manifest = _manifest(plan, prefix, tree_id)
+    manifest = _manifest(plan, prefix, tree_id, stamp)
     _write_file(os.path.join(final, layout.MANIFEST_REL), json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n", 0o644)
     _write_file(os.path.join(final, layout.CLI_REL),
                 CLI_SOURCE.format(python=f"{final_host}/{layout.PYTHON_REL}",

@@ -14,67 +14,25 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import tempfile
 from types import ModuleType
-from typing import Iterator
 
 import pytest
 
-from cnichain.cli.bundle import image, layout
+from cnichain.cli.bundle import layout
 
 from . import leftovers, ocimage, traffic
+from .bundlenode import NodeImage, RUN_OPTS, hide_python_and_shells
 from .containerd import Containerd
 from .cri_client import CriClient, PodSpec, Port
 from .node import NODE_IP, REFERENCE_DIR, Node
 
 pytestmark = [pytest.mark.runtime, pytest.mark.integration]
 
-RUN_OPTS = ["--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "--network", "none"]
-# Covered with an empty tmpfs (directories) or /dev/null (files) inside the node only.
-HIDDEN_DIRS = ("/usr/lib/python3.11", "/usr/lib/python3", "/usr/local/lib/python3.11", "/root/.pyenv")
-HIDDEN_FILES = ("/usr/bin/python3.11", "/usr/bin/dash", "/usr/bin/bash")
-
-
-@pytest.fixture(scope="module")
-def node_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[image.ImageReport, list[str]]]:
-    """The cnichain image in a private podman storage (tree built once for this module)."""
-    if os.geteuid() != 0 or not shutil.which("podman") or not shutil.which("patchelf"):
-        pytest.skip("needs root, podman and patchelf")
-    from cnichain.cli.bundle.build import build
-
-    out = str(tmp_path_factory.mktemp("e2e-tree"))
-    storage = tempfile.mkdtemp(prefix="cnie2e-")  # podman: runroot path at most 50 characters
-    podman = image.podman_argv(storage)
-    try:
-        if subprocess.run([*podman, "info"], capture_output=True, timeout=120).returncode != 0:
-            pytest.skip("podman cannot work here")
-        build(out, layout.DEFAULT_PREFIX)
-        report = image.build_image(os.path.join(out, "cnichain.tar"), tag="localhost/cnichain:e2e",
-                                   storage=storage, built=out)
-        yield report, podman
-    finally:
-        subprocess.run([*podman, "system", "reset", "--force"], capture_output=True, timeout=120)
-        shutil.rmtree(storage, ignore_errors=True)
-        shutil.rmtree(out, ignore_errors=True)
-
-
-def hide_python_and_shells(node: Node) -> None:
-    node.node_run("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", "/opt")
-    for path in HIDDEN_DIRS:
-        if os.path.isdir(path):
-            node.node_run("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", path)
-    for path in HIDDEN_FILES:
-        if os.path.isfile(path):
-            node.node_run("mount", "--bind", "/dev/null", path)
-    for probe in (["/usr/bin/python3", "-c", "pass"], ["/bin/sh", "-c", "true"]):
-        assert node.node_run(*probe, check=False).returncode != 0, f"{probe[0]} still runs on the node"
-
 
 def test_pod_through_the_image_installed_tree_on_a_node_without_python(
-        node_image: tuple[image.ImageReport, list[str]], cri_api: tuple[ModuleType, ModuleType],
+        node_image: NodeImage, cri_api: tuple[ModuleType, ModuleType],
         image_archive: tuple[str, str]) -> None:
-    report, podman = node_image
+    report, podman = node_image.report, node_image.podman
     archive, busybox = image_archive
     node = Node(agent_socket="")
     cri = None
