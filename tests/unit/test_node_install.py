@@ -206,3 +206,23 @@ def test_a_tree_carrying_the_native_shim_installs_it_with_the_trees_launcher_as_
     assert not again.written  # byte-identical shims and launchers are skipped
     installer.uninstall(cfg(host, src))
     assert not (host / cold_dir.lstrip("/")).exists() and not (host / "opt/cni/bin/portmap").exists()
+
+
+def test_chained_shims_forward_as_the_plugin_type_and_fall_back_by_their_own_name():
+    from cnichain.cli import native_shim
+    from cnichain.cli.bundle import executables
+
+    binary = native_shim.built_binary()
+    if binary is None:
+        pytest.skip("the native shim was not built")
+    with open(binary, "rb") as fh:
+        shim = fh.read()
+    plan = executables.planned("/opt/cni", "/opt/cni/bin", installer.launcher_names("chain"), "/run/a.sock", shim)
+    entries = {path: native_shim.read_config(data) for path, data, entry in plan if entry}
+    assert entries["/opt/cni/bin/cnichain-portmap"] == native_shim.ShimConfig(
+        "portmap", "/run/a.sock", f"/opt/cni/bin/{native_shim.COLD_DIR}/cnichain-portmap")
+    colds = [path for path, _data, entry in plan if not entry]
+    assert len(colds) == len(entries) == 6 and plan[:6] == [p for p in plan if not p[2]]  # fallbacks first
+    # no socket: Python launchers, no shim
+    plain = executables.planned("/opt/cni", "/opt/cni/bin", installer.launcher_names("own"), "", shim)
+    assert all(entry and data.startswith(b"#!") for _path, data, entry in plain)
