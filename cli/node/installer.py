@@ -298,7 +298,9 @@ def uninstall(cfg: NodeConfig, force: bool = False) -> Report:
     cfg.validated()
     report = Report()
     state = NodeState.load(cfg.state_path)
-    paths = ([state.conflist] if state.conflist else []) + sorted(state.launchers)
+    # shims before the cold launchers they fall back to (a shim never points at a removed file)
+    paths = ([state.conflist] if state.conflist else []) + sorted(
+        state.launchers, key=lambda p: (f"/{native_shim.COLD_DIR}/" in p, p))
     for host_path in paths:
         real = cfg.real(host_path)
         existing = atomic.read_bytes(real)

@@ -15,7 +15,8 @@ the socket.
 The upgrade runs with the agent absent (as during a DaemonSet rolling update, when the old pod is
 gone before the new init container runs): a second tree, built with another build stamp and so
 another version id, is installed by its own installer (bind-mounted over the image's prefix) while
-a bounded loop runs RunPodSandbox/StopPodSandbox/RemovePodSandbox through the cold path.
+a bounded loop runs RunPodSandbox/StopPodSandbox/RemovePodSandbox through the cold path.  Then the
+image's agent (the previous version now) is started and must still serve a pod.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def test_upgrade_to_a_rebuilt_tree_while_pods_come_and_go(
     archive, busybox = image_archive
     out2 = str(tmp_path_factory.mktemp("e2e-tree2"))
     node = Node(agent_socket="")
-    cri = containerd = None
+    cri = containerd = agent = None
     stop = threading.Event()
     first_done, upgraded = threading.Event(), threading.Event()
     errors: list[str] = []
@@ -176,12 +177,23 @@ def test_upgrade_to_a_rebuilt_tree_while_pods_come_and_go(
         assert sorted(versions) == sorted([node_image.report.tree_id, second.tree_id])  # previous kept
         assert cri.list_pods() == []
         assert leftovers.everything(node.node_run) == []
+        # An agent of the previous version (the image's tree) still serves once `current` moved on:
+        # its workers import from its own version directory, which the install kept.
+        agent = AgentPod(node, node_image)
+        agent.start()
+        pod_with_port_and_bandwidth(node, cri, busybox, "after", 18093)
+        counts = request_counts(agent.metrics())
+        assert counts.get(("portmap", "ADD", "ok"), 0) >= 1 and all(o == "ok" for (_p, _c, o) in counts), counts
     except BaseException:
         if containerd is not None:
             print(f"containerd log tail:\n{containerd.log_tail()}")
+        if agent is not None:
+            print(f"agent log tail:\n{agent.logs()}")
         raise
     finally:
         stop.set()
+        if agent is not None:
+            agent.stop()
         if worker is not None:
             worker.join(120)
         if cri is not None:

@@ -204,7 +204,8 @@ def test_a_tree_carrying_the_native_shim_installs_it_with_the_trees_launcher_as_
     assert sorted(calls.paths) == sorted(f"/opt/cni/bin/{t}" for t in installer.launcher_names("own"))
     again = installer.install(cfg(host, src), runner=Calls())
     assert not again.written  # byte-identical shims and launchers are skipped
-    installer.uninstall(cfg(host, src))
+    gone = installer.uninstall(cfg(host, src))
+    assert gone.removed.index("/opt/cni/bin/portmap") < gone.removed.index(f"{cold_dir}/portmap")  # shim first
     assert not (host / cold_dir.lstrip("/")).exists() and not (host / "opt/cni/bin/portmap").exists()
 
 
