@@ -32,6 +32,8 @@ from .node import REFERENCE_DIR, Node
 # podman on these machines needs runc and explicit ulimits (see podman.py)
 BASE_OPTS = ["--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
 RUN_OPTS = [*BASE_OPTS, "--network", "none"]
+NODE_BIN_DIR = layout.bin_dir(layout.DEFAULT_PREFIX)  # /opt/cni/bin, on the node's private /opt
+NODE_CONF_DIR = "/etc/cni/net.d"
 AGENT_SOCKET = "/run/cnichain/agent.sock"  # the default the installer bakes in; a private tmpfs in the node
 # Covered with an empty tmpfs (directories) or /dev/null (files) inside the node only.
 HIDDEN_DIRS = ("/usr/lib/python3.11", "/usr/lib/python3", "/usr/local/lib/python3.11", "/root/.pyenv")
@@ -80,8 +82,18 @@ def hide_python_and_shells(node: Node) -> None:
 
 
 def node_dirs(node: Node) -> tuple[str, str]:
-    """(bin dir, conf dir) of this run, empty, for the image's installer to fill."""
-    return (node.lab.path("bundle-bin", "x").rsplit("/", 1)[0], node.lab.path("bundle-net.d", "x").rsplit("/", 1)[0])
+    """The node's own, empty ``/opt/cni/bin`` and ``/etc/cni/net.d`` (the defaults a node has).
+
+    Both are private to the node: ``/opt`` is its tmpfs (call after :func:`hide_python_and_shells`)
+    and ``/etc/cni/net.d`` is covered with a tmpfs inside its mount namespace here (the directory
+    ships with Debian's podman; the machine's own is never written).  Anything that writes there
+    must run inside the node (``node.node_run``), never from the test process.
+    """
+    assert node.node_run("findmnt", "-n", "-o", "FSTYPE", "/opt").stdout.strip() == "tmpfs"
+    if not os.path.isdir(NODE_CONF_DIR):
+        pytest.skip(f"{NODE_CONF_DIR} is missing (it comes with Debian's podman)")
+    node.node_run("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", NODE_CONF_DIR)
+    return NODE_BIN_DIR, NODE_CONF_DIR
 
 
 def install_with_image(node: Node, img: NodeImage, bin_dir: str, conf_dir: str, tree_out: str = "",
@@ -100,7 +112,7 @@ def install_with_image(node: Node, img: NodeImage, bin_dir: str, conf_dir: str, 
 def start_cri(node: Node, cri_api: tuple[ModuleType, ModuleType], archive: str, busybox: str, bin_dir: str,
               conf_dir: str) -> tuple[Containerd, CriClient]:
     """containerd on the node with this bin and conf dir (plus the reference loopback), image imported."""
-    shutil.copy2(os.path.join(REFERENCE_DIR, "loopback"), os.path.join(bin_dir, "loopback"))
+    node.node_run("cp", os.path.join(REFERENCE_DIR, "loopback"), os.path.join(bin_dir, "loopback"))
     containerd = Containerd(node.holder, node.workdir, bin_dir, conf_dir, sandbox_image=busybox)
     containerd.start()
     pb2, pb2_grpc = cri_api

@@ -3,7 +3,8 @@ run cold from the tree when it is gone, and an upgrade lands while pods come and
 
 The node is the harness's throwaway node with Python, libpython, the standard library and the
 shells hidden (tests/runtime/bundlenode.py); the image's installer puts the tree, the native shims
-and their cold launchers into the node's ``/opt/cni`` and conf dir.  The agent is the image itself,
+and their cold launchers into the node's ``/opt/cni`` and the conflist into its ``/etc/cni/net.d``
+(both private to the node).  The agent is the image itself,
 run by podman inside the node the way the DaemonSet runs its agent container: ``--network host
 --pid host --privileged``, the node's ``/run/cnichain`` bind-mounted, private ``--root``/
 ``--runroot``, ``--runtime runc`` and explicit ulimits.  containerd's CRI then execs the shims on
@@ -69,8 +70,8 @@ def pod_with_port_and_bandwidth(node: Node, cri, busybox: str, name: str, host_p
 
 
 def installed_node(node_image: NodeImage, node: Node) -> tuple[str, str]:
-    bin_dir, conf_dir = node_dirs(node)
     hide_python_and_shells(node)
+    bin_dir, conf_dir = node_dirs(node)
     installed = install_with_image(node, node_image, bin_dir, conf_dir)
     assert installed.returncode == 0, installed.stdout + installed.stderr
     assert installed.stdout.count("verified ") == 6
