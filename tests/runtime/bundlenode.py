@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ AGENT_SOCKET = "/run/cnichain/agent.sock"  # the default the installer bakes in;
 # Covered with an empty tmpfs (directories) or /dev/null (files) inside the node only.
 HIDDEN_DIRS = ("/usr/lib/python3.11", "/usr/lib/python3", "/usr/local/lib/python3.11", "/root/.pyenv")
 HIDDEN_FILES = ("/usr/bin/python3.11", "/usr/bin/dash", "/usr/bin/bash")
+HIDDEN_LIBS = ("libpython3", "libnftables.so")
 
 
 @dataclass
@@ -69,12 +71,24 @@ def build_node_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeI
         shutil.rmtree(out, ignore_errors=True)
 
 
+def hidden_libraries() -> list[str]:
+    """The machine's libpython and libnftables (real files, not their symlinks)."""
+    found = set()
+    for lib_dir in ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"):
+        if os.path.isdir(lib_dir):
+            for name in os.listdir(lib_dir):
+                if name.startswith(HIDDEN_LIBS) and ".so" in name:
+                    found.add(os.path.realpath(os.path.join(lib_dir, name)))
+    return sorted(p for p in found if os.path.isfile(p))
+
+
 def hide_python_and_shells(node: Node) -> None:
+    """Python, libpython, libnftables, this test run's venv, the stdlib and the shells: gone in the node."""
     node.node_run("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", "/opt")
-    for path in HIDDEN_DIRS:
+    for path in (*HIDDEN_DIRS, sys.prefix):  # sys.prefix: the venv running these tests
         if os.path.isdir(path):
             node.node_run("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", path)
-    for path in HIDDEN_FILES:
+    for path in (*HIDDEN_FILES, *hidden_libraries()):
         if os.path.isfile(path):
             node.node_run("mount", "--bind", "/dev/null", path)
     for probe in (["/usr/bin/python3", "-c", "pass"], ["/bin/sh", "-c", "true"]):
@@ -164,3 +178,19 @@ class AgentPod:
         """SIGTERM (the agent drains), then remove the container; its socket must be gone after."""
         self.node.node_run(*self.img.podman, "stop", "-t", "20", self.name, check=False, timeout=60)
         self.node.node_run(*self.img.podman, "rm", "-f", self.name, check=False, timeout=60)
+
+
+def checks_run(node: Node):
+    """A runner for :mod:`leftovers` on this node: ``nft`` runs in the node's network namespace but
+    outside its mount namespace (where libnftables is hidden), everything else inside the node."""
+
+    def run(*argv: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        if argv and argv[0] == "nft":
+            proc = subprocess.run(["nsenter", f"--net={node.lab.node}", "--", *argv], capture_output=True, text=True,
+                                  timeout=timeout)
+            if check and proc.returncode != 0:
+                raise RuntimeError(f"{list(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
+            return proc
+        return node.node_run(*argv, check=check, timeout=timeout)
+
+    return run

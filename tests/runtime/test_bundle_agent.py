@@ -34,7 +34,8 @@ from cnichain.cli.agent.sockets import answers
 from cnichain.cli.bundle import layout
 
 from . import leftovers, ocimage, traffic
-from .bundlenode import AGENT_SOCKET, AgentPod, NodeImage, hide_python_and_shells, install_with_image, node_dirs, start_cri
+from .bundlenode import (AGENT_SOCKET, AgentPod, NodeImage, checks_run, hide_python_and_shells, install_with_image,
+                         node_dirs, start_cri)
 from .cri_client import PodSpec, Port
 from .node import NETWORK, NODE_IP, Node
 
@@ -64,9 +65,10 @@ def pod_with_port_and_bandwidth(node: Node, cri, busybox: str, name: str, host_p
     traffic.wait_listening(traffic.pod_argv(pod.pid), 80)
     reply = traffic.http_get(node.client_argv(), NODE_IP, host_port)
     assert b"200 OK" in reply and ocimage.PAGE in reply, reply
+    assert leftovers.portmap_rule_count(checks_run(node)) > 0  # the leftovers check sees the rules
     cri.stop_pod(pod.id)
     cri.remove_pod(pod.id)
-    assert leftovers.everything(node.node_run) == []
+    assert leftovers.everything(checks_run(node)) == []
 
 
 def installed_node(node_image: NodeImage, node: Node) -> tuple[str, str]:
@@ -177,7 +179,7 @@ def test_upgrade_to_a_rebuilt_tree_while_pods_come_and_go(
         versions = node.node_run("ls", layout.versions_dir(layout.DEFAULT_PREFIX)).stdout.split()
         assert sorted(versions) == sorted([node_image.report.tree_id, second.tree_id])  # previous kept
         assert cri.list_pods() == []
-        assert leftovers.everything(node.node_run) == []
+        assert leftovers.everything(checks_run(node)) == []
         # An agent of the previous version (the image's tree) still serves once `current` moved on:
         # its workers import from its own version directory, which the install kept.
         agent = AgentPod(node, node_image)

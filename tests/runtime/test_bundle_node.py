@@ -6,7 +6,8 @@ tmpfs becomes its own ``/opt``, the interpreter, the standard library, pyenv and
 covered (bind-mounted /dev/null or an empty tmpfs), so nothing there can start Python except the
 carried tree.  The image is run with podman exactly as the DaemonSet's init container runs it:
 the node's root at ``/host``, ``cnichain node install --host-root /host``, into the node's own
-``/opt/cni`` and ``/etc/cni/net.d`` (private to it).  Then containerd, with that bin and conf dir, runs a pod with a hostPort that a client outside the node reaches, and
+``/opt/cni`` and ``/etc/cni/net.d`` (private to it).  Then containerd, with that bin and conf dir,
+runs a pod with a hostPort that a client outside the node reaches, and
 StopPodSandbox/RemovePodSandbox leave nothing behind.
 """
 
@@ -19,7 +20,7 @@ import pytest
 from cnichain.cli.bundle import layout
 
 from . import leftovers, ocimage, traffic
-from .bundlenode import NodeImage, hide_python_and_shells, install_with_image, node_dirs, start_cri
+from .bundlenode import NodeImage, checks_run, hide_python_and_shells, install_with_image, node_dirs, start_cri
 from .cri_client import PodSpec, Port
 from .node import NODE_IP, Node
 
@@ -52,7 +53,7 @@ def test_pod_through_the_image_installed_tree_on_a_node_without_python(
             assert b"200 OK" in reply and ocimage.PAGE in reply, reply
             cri.stop_pod(pod.id)
             cri.remove_pod(pod.id)
-            assert leftovers.everything(node.node_run) == []
+            assert leftovers.everything(checks_run(node)) == []
         except BaseException:
             print(f"containerd log tail:\n{containerd.log_tail()}")
             raise
