@@ -12,11 +12,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="cnichain-bundle", description="Build a self-contained cnichain tree under OUT/<prefix>/.")
     p.add_argument("out", help="output root; the tree lands in OUT/<prefix>/cnichain, launchers in OUT/<prefix>/bin")
     p.add_argument("--prefix", default=layout.DEFAULT_PREFIX, help="absolute install prefix on the node (default /opt/cni)")
+    p.add_argument("--stamp", default="", help="build label hashed into the tree id (a rebuild of the same inputs "
+                   "installs as a new version)")
     ns = p.parse_args(argv)
     from cnichain.cli.bundle.build import build
 
     try:
-        report = build(ns.out, ns.prefix)
+        report = build(ns.out, ns.prefix, stamp=ns.stamp)
     except (layout.LayoutError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -3,7 +3,9 @@
 Order: plan (sources.py) -> copy into a staging directory -> tree id from the copied bytes and
 the prefix -> rename to ``versions/<id>`` -> patch the interpreter to the carried loader and lib
 dir at their final absolute paths -> compile ``.pyc`` (unchecked-hash: copies reset mtimes, and
-the tree never changes after the build) -> manifest -> ``current`` symlink -> launchers.
+the tree never changes after the build) -> manifest -> ``current`` symlink -> executables (the
+native shim the tree carries, with the tree's Python launcher as its cold fallback; see
+executables.py).
 The tree id depends only on what was copied and on the prefix, so the same inputs give the same
 directory name, and a security update on the build host gives a new one.
 """
@@ -19,15 +21,18 @@ import shutil
 import time
 from dataclasses import dataclass
 
-from cnichain.cli.bundle import debian, elf, layout
+from cnichain.cli.bundle import debian, elf, executables, layout
 from cnichain.cli.bundle.sources import Plan, plan_tree
 
 FORMAT = 1
+# The import path is pinned to the version directory, as a plugin launcher's is: the image's
+# entrypoint reaches the interpreter through ``current``, and the agent's workers enter the host's
+# mount namespace, where ``current`` may name another version after an upgrade; the version
+# directory of the agent's own tree is there too (the init container installed it; two are kept).
 CLI_SOURCE = """#!{python} -IS
 # cnichain operator CLI of this tree (written by the bundle builder; do not edit)
 import sys
-sys.path[0:0] = [sys.prefix + '/{site}']
-from cnichain.cli.app import main
+{path}from cnichain.cli.app import main
 sys.exit(main())
 """
 
@@ -37,7 +42,7 @@ class BuildReport:
     tree: str  # OUT path of versions/<id>
     tree_id: str
     prefix: str
-    launchers: list[str]
+    launchers: list[str]  # every file written under <prefix>/bin (native shims and cold launchers)
     size_bytes: int
     files: int
     seconds: float
@@ -51,8 +56,10 @@ def _copy(src: str, dst: str) -> None:
     os.chmod(dst, 0o755 if exec_bit else 0o644)
 
 
-def _tree_id(staging: str, plan: Plan, prefix: str) -> str:
+def _tree_id(staging: str, plan: Plan, prefix: str, stamp: str = "") -> str:
     h = hashlib.sha256(f"cnichain-tree/{FORMAT}\0{prefix}\0".encode())
+    if stamp:  # a rebuild of the same inputs that must still get a version directory of its own
+        h.update(f"stamp\0{stamp}\0".encode())
     for rel in sorted(plan.all_files()):
         with open(os.path.join(staging, rel), "rb") as fh:
             h.update(rel.encode() + b"\0" + hashlib.sha256(fh.read()).digest())
@@ -80,7 +87,7 @@ def _write_file(path: str, data: bytes, mode: int) -> None:
     os.replace(tmp, path)
 
 
-def _manifest(plan: Plan, prefix: str, tree_id: str) -> dict:
+def _manifest(plan: Plan, prefix: str, tree_id: str, stamp: str = "") -> dict:
     owners = debian.owners(sorted(set(plan.debian.values())))
     unknown = sorted(rel for rel, src in plan.debian.items() if src not in owners)
     from importlib.metadata import version
@@ -94,11 +101,17 @@ def _manifest(plan: Plan, prefix: str, tree_id: str) -> dict:
         "debian_packages": debian.versions({o.split(":")[0] for o in owners.values()}),
         "python_distributions": dict(sorted(plan.dist_versions.items())),
         "files_without_package": unknown,
+        **({"build_stamp": stamp} if stamp else {}),
     }
 
 
-def build(out: str, prefix: str = layout.DEFAULT_PREFIX, agent_socket: str = "/run/cnichain/agent.sock") -> BuildReport:
-    """Build the tree for ``prefix`` under ``out`` and return what was built."""
+def build(out: str, prefix: str = layout.DEFAULT_PREFIX, agent_socket: str = "/run/cnichain/agent.sock",
+          stamp: str = "") -> BuildReport:
+    """Build the tree for ``prefix`` under ``out`` and return what was built.
+
+    ``stamp``: a build label (e.g. a CI build number) recorded in the manifest and hashed into the
+    tree id, so a rebuild of identical inputs still installs as a new version; "" adds nothing.
+    """
     from cnichain.cli import install as launchers
 
     started = time.monotonic()
@@ -119,7 +132,7 @@ def build(out: str, prefix: str = layout.DEFAULT_PREFIX, agent_socket: str = "/r
             _copy(src, os.path.join(staging, rel))
         for rel, target in plan.symlinks.items():
             os.symlink(target, os.path.join(staging, rel))
-        tree_id = _tree_id(staging, plan, prefix)
+        tree_id = _tree_id(staging, plan, prefix, stamp)
         final_host = layout.version_dir(prefix, tree_id)
         final = layout.under(out, final_host)
         shutil.rmtree(final, ignore_errors=True)
@@ -133,23 +146,23 @@ def build(out: str, prefix: str = layout.DEFAULT_PREFIX, agent_socket: str = "/r
                                 invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
     if not ok:
         raise RuntimeError("compileall failed on the carried sources")
-    manifest = _manifest(plan, prefix, tree_id)
+    manifest = _manifest(plan, prefix, tree_id, stamp)
     _write_file(os.path.join(final, layout.MANIFEST_REL), json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n", 0o644)
     _write_file(os.path.join(final, layout.CLI_REL),
-                CLI_SOURCE.format(python=f"{final_host}/{layout.PYTHON_REL}", site=layout.SITE_REL).encode(), 0o755)
+                CLI_SOURCE.format(python=f"{final_host}/{layout.PYTHON_REL}",
+                                  path=launchers._pinned_prefix_path([layout.SITE_REL])).encode(), 0o755)
     link = layout.under(out, layout.current_link(prefix))
     tmp_link = link + ".tmp-build"
     if os.path.lexists(tmp_link):
         os.unlink(tmp_link)
     os.symlink(f"versions/{tree_id}", tmp_link)
     os.replace(tmp_link, link)
-    bin_out = layout.under(out, layout.bin_dir(prefix))
+    names = {plugin_type: module for plugin_type, module in sorted(launchers.PLUGINS.items())}
     written = []
-    for plugin_type, module in sorted(launchers.PLUGINS.items()):
-        source = launchers.launcher_source(module, layout.launcher_python(prefix), [layout.SITE_REL],
-                                           agent_socket, prefix_relative=True)
-        path = os.path.join(bin_out, plugin_type)
-        _write_file(path, source.encode(), 0o755)
+    for host_path, data, _entry in executables.planned(prefix, layout.bin_dir(prefix), names, agent_socket,
+                                                       executables.tree_shim(final)):
+        path = layout.under(out, host_path)
+        _write_file(path, data, 0o755)
         written.append(path)
     size, count = _tree_size(final)
     return BuildReport(final, tree_id, prefix, written, size, count, time.monotonic() - started, manifest)

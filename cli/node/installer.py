@@ -1,7 +1,9 @@
 """The order of a node install, and its undo.
 
 install: copy the tree to ``versions/<id>`` (never over an existing one) -> switch ``current`` by
-renaming a symlink -> write the launchers (skipping byte-identical ones) -> run every launcher once
+renaming a symlink -> write the executables (skipping byte-identical ones): the tree's Python
+launchers under ``<bin>/.cnichain-cold/`` first, then the tree's native shim as each plugin's
+executable (or the launchers themselves when the tree carries no shim) -> run every executable once
 (VERSION) and, if one fails, switch ``current`` back and stop -> only then write the conflist,
 last, atomically -> prune versions older than the previous one -> record what was written.
 A restart or an upgrade runs the same steps: nothing is ever removed from the conf dir, so pods
@@ -22,8 +24,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from cnichain.cli.bundle import layout
+from cnichain.cli.bundle import executables, layout
 from cnichain.cli.bundle.manifest import running_manifest
+from cnichain.cli import native_shim
 from cnichain.cli.node import atomic, chain, verify
 from cnichain.cli.node.state import NAME as STATE_NAME
 from cnichain.cli.node.state import NodeState, digest
@@ -97,11 +100,11 @@ def launcher_names(mode: str) -> dict[str, str]:
     return {(chain.our_type(t) if mode == "chain" else t): m for t, m in sorted(PLUGINS.items())}
 
 
-def launcher_bytes(cfg: NodeConfig, module: str) -> bytes:
-    from cnichain.cli.install import launcher_source
-
-    return launcher_source(module, layout.launcher_python(cfg.prefix), [layout.SITE_REL], cfg.agent_socket,
-                           prefix_relative=True).encode()
+def planned_executables(cfg: NodeConfig, src: str) -> list[tuple[str, bytes, bool]]:
+    """What goes into the bin dir, in write order: the source tree's native shim as each
+    executable, its Python launcher (cold launchers first) as the fallback; see executables.py."""
+    return executables.planned(cfg.prefix, cfg.bin_path, launcher_names(cfg.mode), cfg.agent_socket,
+                               executables.tree_shim(src))
 
 
 def _source(cfg: NodeConfig) -> tuple[str, dict]:
@@ -155,6 +158,9 @@ def _check_ours(cfg: NodeConfig, state: NodeState, host_path: str, data: bytes) 
         return
     if not host_path.endswith(".conflist") and MARKER.encode() in existing:
         return  # a launcher written by 'cnichain install'
+    if not host_path.endswith(".conflist") and existing.startswith(b"\x7fELF") and \
+            native_shim.read_config(existing) is not None:
+        return  # a native shim written by 'cnichain install' (or by us, before the state was saved)
     raise InstallError(f"{host_path} exists and was not written by cnichain (use --replace-foreign)")
 
 
@@ -217,14 +223,16 @@ def install(cfg: NodeConfig, runner: Optional[verify.Runner] = None) -> Report:
             report.notes.append(f"switched {layout.current_link(cfg.prefix)} back to {previous}")
 
     try:
-        planned = {f"{cfg.bin_path}/{name}": launcher_bytes(cfg, module) for name, module in launcher_names(cfg.mode).items()}
-        for host_path, data in planned.items():  # refuse before writing anything
+        planned = planned_executables(cfg, src)
+        for host_path, data, _entry in planned:  # refuse before writing anything
             _check_ours(cfg, state, host_path, data)
-        for host_path, data in planned.items():
+        for host_path, data, _entry in planned:  # cold launchers before the shims that exec them
             _write(cfg, host_path, data, 0o755, report)
             state.launchers[host_path] = digest(data)
         run = runner or verify.version_in_root(cfg.host_root)
-        for host_path in planned:
+        for host_path, _data, entry in planned:
+            if not entry:
+                continue  # a cold launcher runs through its shim (which goes cold: no agent socket)
             ok, message = run(host_path)
             if not ok:
                 raise InstallError(f"installed plugin failed its VERSION check: {message}")
@@ -290,7 +298,9 @@ def uninstall(cfg: NodeConfig, force: bool = False) -> Report:
     cfg.validated()
     report = Report()
     state = NodeState.load(cfg.state_path)
-    paths = ([state.conflist] if state.conflist else []) + sorted(state.launchers)
+    # shims before the cold launchers they fall back to (a shim never points at a removed file)
+    paths = ([state.conflist] if state.conflist else []) + sorted(
+        state.launchers, key=lambda p: (f"/{native_shim.COLD_DIR}/" in p, p))
     for host_path in paths:
         real = cfg.real(host_path)
         existing = atomic.read_bytes(real)
@@ -311,6 +321,10 @@ def uninstall(cfg: NodeConfig, force: bool = False) -> Report:
         report.removed.append(layout.versions_dir(cfg.prefix))
     if os.path.exists(cfg.state_path):
         os.unlink(cfg.state_path)
+    try:  # the cold launchers' directory, once it holds nothing more
+        os.rmdir(cfg.real(f"{cfg.bin_path}/{native_shim.COLD_DIR}"))
+    except OSError:
+        pass
     home = cfg.real(layout.home(cfg.prefix))
     if os.path.isdir(home) and not os.listdir(home):
         os.rmdir(home)

@@ -12,7 +12,8 @@ import subprocess
 
 import pytest
 
-from cnichain.cli.bundle import layout
+from cnichain.cli import native_shim
+from cnichain.cli.bundle import executables, layout
 from cnichain.cli.install import PLUGINS
 from cnichain.plugins.portmap import names as pm_names
 from tests.emptyroot import run_in_root
@@ -130,9 +131,42 @@ def test_a_plugin_process_maps_only_files_of_the_tree(bundle, tmp_path):
 
 def test_launcher_pins_imports_to_the_version_current_named_at_start(bundle, tmp_path):
     """A launcher reaches the interpreter through ``current``; its import path must name the version dir."""
-    launcher = os.path.join(bundle.out, PREFIX.lstrip("/"), "bin", "portmap")
+    launcher = os.path.join(bundle.out, PREFIX.lstrip("/"), "bin", native_shim.COLD_DIR, "portmap")
+    if not os.path.exists(launcher):  # a tree without a native shim: the executable is the launcher
+        launcher = os.path.join(bundle.out, PREFIX.lstrip("/"), "bin", "portmap")
     with open(launcher) as fh:
-        head = fh.read().split("from cnichain.common.shim", 1)[0]
+        head = fh.read().split("from cnichain.common.shim", 1)[0].split("from cnichain.plugins", 1)[0]
+    probe = head.split("\n", 1)[1] + "import json\nprint(json.dumps(sys.path))\n"
+    out = run(bundle, tmp_path, [f"{layout.current_link(PREFIX)}/{layout.PYTHON_REL}", "-IS", "-c", probe])
+    assert out.returncode == 0, out.stderr
+    final = layout.version_dir(PREFIX, bundle.tree_id)
+    paths = [p for p in json.loads(out.stdout) if p.startswith(PREFIX)]
+    assert paths[0] == f"{final}/{layout.SITE_REL}"
+    assert all(p.startswith(final + "/") for p in paths), paths
+
+
+def test_executables_are_native_shims_falling_back_to_the_trees_launchers(bundle):
+    """When the tree carries the shim, each executable is that shim, configured with the tree's
+    launcher at its final path under the prefix as its cold fallback (and the launcher is there)."""
+    if executables.tree_shim(bundle.tree) is None:
+        pytest.skip("the native shim was not built (no compiler where ./run ran)")
+    bin_out = os.path.join(bundle.out, PREFIX.lstrip("/"), "bin")
+    for plugin_type in PLUGINS:
+        with open(os.path.join(bin_out, plugin_type), "rb") as fh:
+            config = native_shim.read_config(fh.read())
+        assert config == native_shim.ShimConfig(plugin_type, "/run/cnichain/agent.sock",
+                                                f"{PREFIX}/bin/{native_shim.COLD_DIR}/{plugin_type}")
+        with open(os.path.join(bin_out, native_shim.COLD_DIR, plugin_type)) as fh:
+            text = fh.read()
+        assert text.startswith(f"#!{layout.launcher_python(PREFIX)} -IS\n") and "forward(" not in text
+
+
+def test_cli_pins_imports_to_the_version_current_named_at_start(bundle, tmp_path):
+    """The image's entrypoint reaches the CLI through ``current``; the agent it starts must import
+    from its own version directory even after ``current`` is switched (its workers enter the host)."""
+    cli = os.path.join(bundle.tree, layout.CLI_REL)
+    with open(cli) as fh:
+        head = fh.read().split("from cnichain.cli.app", 1)[0]
     probe = head.split("\n", 1)[1] + "import json\nprint(json.dumps(sys.path))\n"
     out = run(bundle, tmp_path, [f"{layout.current_link(PREFIX)}/{layout.PYTHON_REL}", "-IS", "-c", probe])
     assert out.returncode == 0, out.stderr

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from . import cri_stubs, ocimage
+from . import bundlenode, cri_stubs, ocimage
 from .containerd import Containerd
 from .cri_client import CriClient
 from .node import Node
@@ -45,6 +45,12 @@ def image_archive(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     """``(path, name)`` of the busybox OCI archive, built once per session."""
     path = os.path.join(str(tmp_path_factory.mktemp("image")), "busybox-oci.tar")
     return path, ocimage.write_archive(path)
+
+
+@pytest.fixture(scope="session")
+def node_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[bundlenode.NodeImage]:
+    """The cnichain image (tree built once per session) in a private podman storage."""
+    yield from bundlenode.build_node_image(tmp_path_factory)
 
 
 @pytest.fixture

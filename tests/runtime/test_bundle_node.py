@@ -5,98 +5,44 @@ The node is the harness's throwaway node (tests/runtime/node.py); in its private
 tmpfs becomes its own ``/opt``, the interpreter, the standard library, pyenv and the shells are
 covered (bind-mounted /dev/null or an empty tmpfs), so nothing there can start Python except the
 carried tree.  The image is run with podman exactly as the DaemonSet's init container runs it:
-the node's root at ``/host``, ``cnichain node install --host-root /host``.  Then containerd, with
-this bin and conf dir, runs a pod with a hostPort that a client outside the node reaches, and
+the node's root at ``/host``, ``cnichain node install --host-root /host``, into the node's own
+``/opt/cni`` and ``/etc/cni/net.d`` (private to it).  Then containerd, with that bin and conf dir,
+runs a pod with a hostPort that a client outside the node reaches, and
 StopPodSandbox/RemovePodSandbox leave nothing behind.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import tempfile
 from types import ModuleType
-from typing import Iterator
 
 import pytest
 
-from cnichain.cli.bundle import image, layout
+from cnichain.cli.bundle import layout
 
 from . import leftovers, ocimage, traffic
-from .containerd import Containerd
-from .cri_client import CriClient, PodSpec, Port
-from .node import NODE_IP, REFERENCE_DIR, Node
+from .bundlenode import NodeImage, checks_run, hide_python_and_shells, install_with_image, node_dirs, start_cri
+from .cri_client import PodSpec, Port
+from .node import NODE_IP, Node
 
 pytestmark = [pytest.mark.runtime, pytest.mark.integration]
 
-RUN_OPTS = ["--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "--network", "none"]
-# Covered with an empty tmpfs (directories) or /dev/null (files) inside the node only.
-HIDDEN_DIRS = ("/usr/lib/python3.11", "/usr/lib/python3", "/usr/local/lib/python3.11", "/root/.pyenv")
-HIDDEN_FILES = ("/usr/bin/python3.11", "/usr/bin/dash", "/usr/bin/bash")
-
-
-@pytest.fixture(scope="module")
-def node_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[image.ImageReport, list[str]]]:
-    """The cnichain image in a private podman storage (tree built once for this module)."""
-    if os.geteuid() != 0 or not shutil.which("podman") or not shutil.which("patchelf"):
-        pytest.skip("needs root, podman and patchelf")
-    from cnichain.cli.bundle.build import build
-
-    out = str(tmp_path_factory.mktemp("e2e-tree"))
-    storage = tempfile.mkdtemp(prefix="cnie2e-")  # podman: runroot path at most 50 characters
-    podman = image.podman_argv(storage)
-    try:
-        if subprocess.run([*podman, "info"], capture_output=True, timeout=120).returncode != 0:
-            pytest.skip("podman cannot work here")
-        build(out, layout.DEFAULT_PREFIX)
-        report = image.build_image(os.path.join(out, "cnichain.tar"), tag="localhost/cnichain:e2e",
-                                   storage=storage, built=out)
-        yield report, podman
-    finally:
-        subprocess.run([*podman, "system", "reset", "--force"], capture_output=True, timeout=120)
-        shutil.rmtree(storage, ignore_errors=True)
-        shutil.rmtree(out, ignore_errors=True)
-
-
-def hide_python_and_shells(node: Node) -> None:
-    node.node_run("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", "/opt")
-    for path in HIDDEN_DIRS:
-        if os.path.isdir(path):
-            node.node_run("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", path)
-    for path in HIDDEN_FILES:
-        if os.path.isfile(path):
-            node.node_run("mount", "--bind", "/dev/null", path)
-    for probe in (["/usr/bin/python3", "-c", "pass"], ["/bin/sh", "-c", "true"]):
-        assert node.node_run(*probe, check=False).returncode != 0, f"{probe[0]} still runs on the node"
-
 
 def test_pod_through_the_image_installed_tree_on_a_node_without_python(
-        node_image: tuple[image.ImageReport, list[str]], cri_api: tuple[ModuleType, ModuleType],
+        node_image: NodeImage, cri_api: tuple[ModuleType, ModuleType],
         image_archive: tuple[str, str]) -> None:
-    report, podman = node_image
+    report = node_image.report
     archive, busybox = image_archive
     node = Node(agent_socket="")
     cri = None
     try:
-        bin_dir = node.lab.path("bundle-bin", "x").rsplit("/", 1)[0]
-        conf_dir = node.lab.path("bundle-net.d", "x").rsplit("/", 1)[0]
         hide_python_and_shells(node)
-        installed = node.node_run(*podman, "run", "--rm", *RUN_OPTS, "-v", "/:/host", report.tag, "node", "install",
-                                  "--host-root", "/host", "--bin-dir", bin_dir, "--conf-dir", conf_dir,
-                                  "--conflist", "cnichain-default", check=False, timeout=300)
+        bin_dir, conf_dir = node_dirs(node)
+        installed = install_with_image(node, node_image, bin_dir, conf_dir)
         assert installed.returncode == 0, installed.stdout + installed.stderr
         assert installed.stdout.count("verified ") == 6
         assert node.node_run("readlink", layout.current_link(layout.DEFAULT_PREFIX)).stdout.strip() == \
             f"versions/{report.tree_id}"
-        shutil.copy2(os.path.join(REFERENCE_DIR, "loopback"), os.path.join(bin_dir, "loopback"))
-        containerd = Containerd(node.holder, node.workdir, bin_dir, conf_dir, sandbox_image=busybox)
-        containerd.start()
-        pb2, pb2_grpc = cri_api
-        cri = CriClient(pb2, pb2_grpc, containerd.socket, node.cgroup_parent, node.lab.path("pods", "x").rsplit("/", 1)[0])
-        containerd.ctr("images", "import", archive)
-        cri.wait_image(busybox)
-        cri.wait_ready()
+        containerd, cri = start_cri(node, cri_api, archive, busybox, bin_dir, conf_dir)
         try:
             pod = cri.run_pod(PodSpec(name="web", ports=[Port(container_port=80, host_port=18091)]))
             assert pod.ip.startswith("10.22.")
@@ -107,7 +53,7 @@ def test_pod_through_the_image_installed_tree_on_a_node_without_python(
             assert b"200 OK" in reply and ocimage.PAGE in reply, reply
             cri.stop_pod(pod.id)
             cri.remove_pod(pod.id)
-            assert leftovers.everything(node.node_run) == []
+            assert leftovers.everything(checks_run(node)) == []
         except BaseException:
             print(f"containerd log tail:\n{containerd.log_tail()}")
             raise

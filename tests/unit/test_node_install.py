@@ -180,3 +180,50 @@ def test_temp_names_never_look_like_network_configs(tmp_path):
     path = str(tmp_path / "f.conflist")
     assert atomic.write_file(path, b"1", 0o644) and not atomic.write_file(path, b"1", 0o644)
     assert os.listdir(tmp_path) == ["f.conflist"]
+
+
+def test_a_tree_carrying_the_native_shim_installs_it_with_the_trees_launcher_as_fallback(host, tmp_path):
+    from cnichain.cli import native_shim
+    from cnichain.cli.bundle import executables
+
+    binary = native_shim.built_binary()
+    if binary is None:
+        pytest.skip("the native shim was not built")
+    src = fake_tree(tmp_path, "dddddddddddddddd")
+    os.makedirs(os.path.dirname(os.path.join(src, executables.SHIM_REL)), exist_ok=True)
+    shutil.copyfile(binary, os.path.join(src, executables.SHIM_REL))
+    calls = Calls()
+    report = installer.install(cfg(host, src), runner=calls)
+    cold_dir = f"/opt/cni/bin/{native_shim.COLD_DIR}"
+    written = [p for p in report.written if p.startswith("/opt/cni/bin/")]
+    assert written.index(f"{cold_dir}/portmap") < written.index("/opt/cni/bin/portmap")  # fallback first
+    for t in installer.launcher_names("own"):
+        config = native_shim.read_config((host / "opt/cni/bin" / t).read_bytes())
+        assert config == native_shim.ShimConfig(t, "/run/cnichain/agent.sock", f"{cold_dir}/{t}")
+        assert (host / cold_dir.lstrip("/") / t).read_text().startswith("#!/opt/cni/cnichain/current/bin/python3 -IS\n")
+    assert sorted(calls.paths) == sorted(f"/opt/cni/bin/{t}" for t in installer.launcher_names("own"))
+    again = installer.install(cfg(host, src), runner=Calls())
+    assert not again.written  # byte-identical shims and launchers are skipped
+    gone = installer.uninstall(cfg(host, src))
+    assert gone.removed.index("/opt/cni/bin/portmap") < gone.removed.index(f"{cold_dir}/portmap")  # shim first
+    assert not (host / cold_dir.lstrip("/")).exists() and not (host / "opt/cni/bin/portmap").exists()
+
+
+def test_chained_shims_forward_as_the_plugin_type_and_fall_back_by_their_own_name():
+    from cnichain.cli import native_shim
+    from cnichain.cli.bundle import executables
+
+    binary = native_shim.built_binary()
+    if binary is None:
+        pytest.skip("the native shim was not built")
+    with open(binary, "rb") as fh:
+        shim = fh.read()
+    plan = executables.planned("/opt/cni", "/opt/cni/bin", installer.launcher_names("chain"), "/run/a.sock", shim)
+    entries = {path: native_shim.read_config(data) for path, data, entry in plan if entry}
+    assert entries["/opt/cni/bin/cnichain-portmap"] == native_shim.ShimConfig(
+        "portmap", "/run/a.sock", f"/opt/cni/bin/{native_shim.COLD_DIR}/cnichain-portmap")
+    colds = [path for path, _data, entry in plan if not entry]
+    assert len(colds) == len(entries) == 6 and plan[:6] == [p for p in plan if not p[2]]  # fallbacks first
+    # no socket: Python launchers, no shim
+    plain = executables.planned("/opt/cni", "/opt/cni/bin", installer.launcher_names("own"), "", shim)
+    assert all(entry and data.startswith(b"#!") for _path, data, entry in plain)
