@@ -99,9 +99,21 @@ class Node:
     # -- teardown ---------------------------------------------------------------------------------
     def close(self) -> None:
         """Kill every process of the run, drop its mounts, cgroups and namespaces; pass or fail."""
-        mount_ns = self.holder.mount_ns() if self.holder and self.holder.proc and self.holder.proc.poll() is None \
-            else ""
-        reaper.kill_all(mount_ns, self.node_netns_id, self.cgroup_parent)
+        # Pin the mount namespace while killing: once its last process (the holder) dies, the
+        # kernel may hand its inode number to a new namespace (every 'ip netns exec' makes one),
+        # and the next sweep would kill processes that are not ours.
+        mount_ns, pin = "", -1
+        if self.holder is not None and self.holder.proc is not None and self.holder.proc.poll() is None:
+            try:
+                pin = os.open(f"/proc/{self.holder.pid}/ns/mnt", os.O_RDONLY)
+                mount_ns = self.holder.mount_ns()
+            except OSError:
+                pass
+        try:
+            reaper.kill_all(mount_ns, self.node_netns_id, self.cgroup_parent)
+        finally:
+            if pin >= 0:
+                os.close(pin)
         if self.holder is not None:
             self.holder.stop()
         reaper.remove_cgroups(self.cgroup_parent)
