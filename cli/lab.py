@@ -83,38 +83,19 @@ class Lab:
         self.run(ns, "ip", "link", "set", peer_if, "up")
         return node_if
 
+    def argv(self, ns: str, *argv: str) -> list[str]:
+        """``argv`` prefixed to run inside namespace ``ns`` (name or path)."""
+        return ["ip", "netns", "exec", os.path.basename(ns), *argv]
+
     def wait_listening(self, ns: str, port: int, timeout: float = 10.0) -> None:
         """Wait (bounded) until something listens on TCP ``port`` inside ``ns``."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.run(ns, "ss", "-Hltn", f"sport = :{port}", check=False).stdout.strip():
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"nothing listens on port {port} in {os.path.basename(ns)}")
+        wait_listening(self.argv(ns), port, timeout=timeout)
 
     def iperf(self, server_ns: str, client_ns: str, server_ip: str, seconds: int = 3, omit: int = 1,
               reverse: bool = False, port: int = 5201) -> float:
-        """One bounded iperf3 TCP run between two lab namespaces; the receiver's bits/s.
-
-        The server serves one test and exits (``-1``); ``reverse`` sends from server to client.
-        """
-        server = self.popen(server_ns, "iperf3", "-s", "-1", "-B", server_ip, "-p", str(port),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            self.wait_listening(server_ns, port)
-            argv = ["iperf3", "-c", server_ip, "-p", str(port), "-t", str(seconds), "-O", str(omit), "-J",
-                    "--connect-timeout", "3000"] + (["-R"] if reverse else [])
-            proc = self.run(client_ns, *argv, check=False, timeout=seconds + omit + 30)
-            data = json.loads(proc.stdout or "{}")
-            if "error" in data:
-                raise RuntimeError(f"iperf3: {data['error']}")
-            return float(data["end"]["sum_received"]["bits_per_second"])
-        finally:
-            try:
-                server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+        """One bounded iperf3 TCP run between two lab namespaces; the receiver's bits/s."""
+        return iperf_rate(self.argv(server_ns), self.argv(client_ns), server_ip, reverse=reverse,
+                          seconds=seconds, omit=omit, port=port)
 
     def path(self, *parts: str) -> str:
         full = os.path.join(self.workdir, *parts)
@@ -159,3 +140,45 @@ def leftover_namespaces(prefix: str) -> list[str]:
     except OSError:
         return []
 
+
+# -- traffic between namespaces, named by argv prefixes --------------------------------------------
+# A prefix (``ip netns exec NAME``, ``nsenter -t PID -n``) rather than a namespace name, so the
+# runtime suite can reach a pod's namespace that only a runtime's private mounts can name.
+
+
+def wait_listening(prefix: list[str], port: int, proto: str = "tcp", timeout: float = 10.0) -> None:
+    """Wait (bounded) until something listens on ``port`` in the namespace ``prefix`` enters."""
+    flag = "-Hltn" if proto == "tcp" else "-Hlun"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc = subprocess.run([*prefix, "ss", flag, f"sport = :{port}"], capture_output=True, text=True, timeout=10)
+        if proc.stdout.strip():
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {proto} port {port}")
+
+
+def iperf_rate(server: list[str], client: list[str], server_ip: str, reverse: bool = False, seconds: int = 3,
+               omit: int = 1, port: int = 5201) -> float:
+    """One bounded iperf3 TCP test; the receiver's bits/s.
+
+    The server serves one test and exits (``-1``); ``reverse`` sends from server to client;
+    ``omit`` skips the first seconds (a token bucket's initial burst).
+    """
+    srv = subprocess.Popen([*server, "iperf3", "-s", "-1", "-B", server_ip, "-p", str(port)],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_listening(server, port)
+        argv = ["iperf3", "-c", server_ip, "-p", str(port), "-t", str(seconds), "-O", str(omit), "-J",
+                "--connect-timeout", "3000"] + (["-R"] if reverse else [])
+        proc = subprocess.run([*client, *argv], capture_output=True, text=True, timeout=seconds + omit + 30)
+        data = json.loads(proc.stdout or "{}")
+        if "error" in data:
+            raise RuntimeError(f"iperf3: {data['error']}")
+        return float(data["end"]["sum_received"]["bits_per_second"])
+    finally:
+        try:
+            srv.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+            srv.wait()

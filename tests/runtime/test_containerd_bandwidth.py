@@ -32,10 +32,10 @@ def test_bandwidth_annotations_shape_both_directions(cri_node: CriNode) -> None:
     in_pod, client = traffic.pod_argv(pod.pid), node.client_argv()
 
     def ingress() -> float:
-        return traffic.iperf_rate(in_pod, client, pod.ip, reverse=False)
+        return traffic.iperf_rate(in_pod, client, pod.ip, reverse=False, seconds=4)
 
     def egress() -> float:
-        return traffic.iperf_rate(in_pod, client, pod.ip, reverse=True)
+        return traffic.iperf_rate(in_pod, client, pod.ip, reverse=True, seconds=4)
 
     ok_in, rates_in = traffic.rate_within(ingress, INGRESS)
     ok_out, rates_out = traffic.rate_within(egress, EGRESS)

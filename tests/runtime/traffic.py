@@ -8,25 +8,18 @@ All waits are bounded; nothing asserts on wall-clock time.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
+
+from cnichain.cli.lab import iperf_rate, wait_listening
+
+__all__ = ["iperf_rate", "wait_listening", "pod_argv", "tcp_request", "http_get", "udp_exchange", "start_echo",
+           "stop", "rate_within"]
 
 
 def pod_argv(pid: int, *argv: str) -> list[str]:
     """``argv`` run in the network namespace of process ``pid`` (a pod's pause or container)."""
     return ["nsenter", "-t", str(pid), "-n", "--", *argv]
-
-
-def wait_listening(prefix: list[str], port: int, proto: str = "tcp", timeout: float = 10.0) -> None:
-    flag = "-Hltn" if proto == "tcp" else "-Hlun"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        proc = subprocess.run([*prefix, "ss", flag, f"sport = :{port}"], capture_output=True, text=True, timeout=10)
-        if proc.stdout.strip():
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {proto} port {port}")
 
 
 def tcp_request(client: list[str], ip: str, port: int, payload: bytes, attempts: int = 3) -> bytes:
@@ -74,28 +67,6 @@ def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.kill()
     proc.wait(timeout=10)
-
-
-def iperf_rate(server: list[str], client: list[str], server_ip: str, reverse: bool, seconds: int = 4,
-               omit: int = 1, port: int = 5201) -> float:
-    """One bounded iperf3 TCP test; the receiver's bits/s (``reverse``: the server sends)."""
-    srv = subprocess.Popen([*server, "iperf3", "-s", "-1", "-B", server_ip, "-p", str(port)],
-                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_listening(server, port)
-        argv = ["iperf3", "-c", server_ip, "-p", str(port), "-t", str(seconds), "-O", str(omit), "-J",
-                "--connect-timeout", "3000"] + (["-R"] if reverse else [])
-        proc = subprocess.run([*client, *argv], capture_output=True, text=True, timeout=seconds + omit + 30)
-        data = json.loads(proc.stdout or "{}")
-        if "error" in data:
-            raise RuntimeError(f"iperf3: {data['error']}")
-        return float(data["end"]["sum_received"]["bits_per_second"])
-    finally:
-        try:
-            srv.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            srv.kill()
-            srv.wait()
 
 
 def rate_within(measure, target: float, tolerance: float = 0.10, attempts: int = 3) -> tuple[bool, list[float]]:
