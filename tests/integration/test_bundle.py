@@ -136,13 +136,7 @@ def test_launcher_pins_imports_to_the_version_current_named_at_start(bundle, tmp
         launcher = os.path.join(bundle.out, PREFIX.lstrip("/"), "bin", "portmap")
     with open(launcher) as fh:
         head = fh.read().split("from cnichain.common.shim", 1)[0].split("from cnichain.plugins", 1)[0]
-    probe = head.split("\n", 1)[1] + "import json\nprint(json.dumps(sys.path))\n"
-    out = run(bundle, tmp_path, [f"{layout.current_link(PREFIX)}/{layout.PYTHON_REL}", "-IS", "-c", probe])
-    assert out.returncode == 0, out.stderr
-    final = layout.version_dir(PREFIX, bundle.tree_id)
-    paths = [p for p in json.loads(out.stdout) if p.startswith(PREFIX)]
-    assert paths[0] == f"{final}/{layout.SITE_REL}"
-    assert all(p.startswith(final + "/") for p in paths), paths
+    assert_path_pinned_to_version(bundle, tmp_path, head)
 
 
 def test_executables_are_native_shims_falling_back_to_the_trees_launchers(bundle):
@@ -167,6 +161,12 @@ def test_cli_pins_imports_to_the_version_current_named_at_start(bundle, tmp_path
     cli = os.path.join(bundle.tree, layout.CLI_REL)
     with open(cli) as fh:
         head = fh.read().split("from cnichain.cli.app", 1)[0]
+    assert_path_pinned_to_version(bundle, tmp_path, head)
+
+
+def assert_path_pinned_to_version(bundle, tmp_path, head: str) -> None:
+    """Run a script's import-path preamble (``head``, its shebang line dropped) through ``current``
+    in the empty root: every import path under the prefix is in the tree's own version directory."""
     probe = head.split("\n", 1)[1] + "import json\nprint(json.dumps(sys.path))\n"
     out = run(bundle, tmp_path, [f"{layout.current_link(PREFIX)}/{layout.PYTHON_REL}", "-IS", "-c", probe])
     assert out.returncode == 0, out.stderr

@@ -26,7 +26,7 @@ import pytest
 from cnichain.cli.agent.control import fetch_metrics
 from cnichain.cli.bundle import image, layout
 
-from .containerd import Containerd
+from .containerd import Containerd, start_with_cri
 from .cri_client import CriClient
 from .node import REFERENCE_DIR, Node
 
@@ -127,18 +127,7 @@ def start_cri(node: Node, cri_api: tuple[ModuleType, ModuleType], archive: str, 
               conf_dir: str) -> tuple[Containerd, CriClient]:
     """containerd on the node with this bin and conf dir (plus the reference loopback), image imported."""
     node.node_run("cp", os.path.join(REFERENCE_DIR, "loopback"), os.path.join(bin_dir, "loopback"))
-    containerd = Containerd(node.holder, node.workdir, bin_dir, conf_dir, sandbox_image=busybox)
-    containerd.start()
-    pb2, pb2_grpc = cri_api
-    cri = CriClient(pb2, pb2_grpc, containerd.socket, node.cgroup_parent, node.lab.path("pods", "x").rsplit("/", 1)[0])
-    try:
-        containerd.ctr("images", "import", archive)
-        cri.wait_image(busybox)
-        cri.wait_ready()
-    except BaseException:
-        cri.close()
-        raise
-    return containerd, cri
+    return start_with_cri(node, cri_api, archive, busybox, bin_dir, conf_dir)
 
 
 class AgentPod:

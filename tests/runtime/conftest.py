@@ -15,7 +15,8 @@ from typing import Iterator
 import pytest
 
 from . import bundlenode, cri_stubs, ocimage
-from .containerd import Containerd
+from .containerd import LOG_NAME, Containerd, start_with_cri
+from .containerd import log_tail as containerd_log_tail
 from .cri_client import CriClient
 from .node import Node
 
@@ -84,14 +85,12 @@ def cri_node(request: pytest.FixtureRequest, node: Node, cri_api: tuple[ModuleTy
     marker = request.node.get_closest_marker("declare_capabilities")
     if marker is not None:
         node.declare_capabilities(list(marker.args))
-    containerd = Containerd(node.holder, node.workdir, node.bin_dir, node.conf_dir, sandbox_image=image)
-    containerd.start()
-    pb2, pb2_grpc = cri_api
-    cri = CriClient(pb2, pb2_grpc, containerd.socket, node.cgroup_parent, node.lab.path("pods", "x").rsplit("/", 1)[0])
     try:
-        containerd.ctr("images", "import", archive)
-        cri.wait_image(image)
-        cri.wait_ready()
+        containerd, cri = start_with_cri(node, cri_api, archive, image, node.bin_dir, node.conf_dir)
+    except BaseException:
+        print(f"containerd log tail:\n{containerd_log_tail(os.path.join(node.workdir, LOG_NAME))}")
+        raise
+    try:
         yield CriNode(node=node, containerd=containerd, cri=cri, image=image)
     except BaseException:
         print(f"containerd log tail:\n{containerd.log_tail()}")

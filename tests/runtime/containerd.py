@@ -14,9 +14,13 @@ import os
 import signal
 import subprocess
 import time
+from types import ModuleType
 from typing import Optional
 
+from .cri_client import CriClient
 from .holder import Holder
+
+LOG_NAME = "containerd.log"
 
 DISABLED = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.btrfs",
             "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
@@ -76,7 +80,7 @@ class Containerd:
         self.workdir = workdir
         self.config = os.path.join(workdir, "containerd.toml")
         self.socket = os.path.join(workdir, "containerd.sock")
-        self.log = os.path.join(workdir, "containerd.log")
+        self.log = os.path.join(workdir, LOG_NAME)
         with open(self.config, "w") as fh:
             fh.write(config_text(workdir, bin_dir, conf_dir, sandbox_image))
         self.proc: Optional[subprocess.Popen] = None
@@ -115,8 +119,31 @@ class Containerd:
         return proc
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            with open(self.log, errors="replace") as fh:
-                return "".join(fh.readlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return log_tail(self.log, lines)
+
+
+def log_tail(path: str, lines: int = 40) -> str:
+    """The last ``lines`` of a containerd log (CNI errors land there), or a note that there is none."""
+    try:
+        with open(path, errors="replace") as fh:
+            return "".join(fh.readlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def start_with_cri(node, cri_api: tuple[ModuleType, ModuleType], archive: str, image: str, bin_dir: str,
+                   conf_dir: str) -> tuple["Containerd", CriClient]:
+    """containerd on ``node`` (a tests.runtime.node.Node) with this bin and conf dir, the image
+    imported and the CRI reporting ready; the client is closed again if any of that fails."""
+    containerd = Containerd(node.holder, node.workdir, bin_dir, conf_dir, sandbox_image=image)
+    containerd.start()
+    pb2, pb2_grpc = cri_api
+    cri = CriClient(pb2, pb2_grpc, containerd.socket, node.cgroup_parent, node.lab.path("pods", "x").rsplit("/", 1)[0])
+    try:
+        containerd.ctr("images", "import", archive)
+        cri.wait_image(image)
+        cri.wait_ready()
+    except BaseException:
+        cri.close()
+        raise
+    return containerd, cri

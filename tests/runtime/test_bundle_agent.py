@@ -111,10 +111,7 @@ def test_agent_pod_serves_the_hosts_executables_and_they_run_cold_without_it(
         assert not answers(f"/proc/{node.holder.pid}/root{AGENT_SOCKET}")  # nobody serves: shims go cold
         pod_with_port_and_bandwidth(node, cri, busybox, "cold", 18092)
     except BaseException:
-        if containerd is not None:
-            print(f"containerd log tail:\n{containerd.log_tail()}")
-        if agent is not None:
-            print(f"agent log tail:\n{agent.logs()}")
+        print_logs(containerd, agent)
         raise
     finally:
         if agent is not None:
@@ -196,10 +193,7 @@ def test_upgrade_to_a_rebuilt_tree_while_pods_come_and_go(
         counts = request_counts(agent.metrics())
         assert counts.get(("portmap", "ADD", "ok"), 0) >= 1 and all(o == "ok" for (_p, _c, o) in counts), counts
     except BaseException:
-        if containerd is not None:
-            print(f"containerd log tail:\n{containerd.log_tail()}")
-        if agent is not None:
-            print(f"agent log tail:\n{agent.logs()}")
+        print_logs(containerd, agent)
         raise
     finally:
         stop.set()
@@ -211,3 +205,11 @@ def test_upgrade_to_a_rebuilt_tree_while_pods_come_and_go(
             cri.close()
         node.close()
         shutil.rmtree(out2, ignore_errors=True)
+
+
+def print_logs(containerd, agent) -> None:
+    """On a failure, what containerd (CNI errors) and the agent logged, into the test report."""
+    if containerd is not None:
+        print(f"containerd log tail:\n{containerd.log_tail()}")
+    if agent is not None:
+        print(f"agent log tail:\n{agent.logs()}")
