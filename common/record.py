@@ -9,8 +9,9 @@ A record class lists its fields once, in ``_fields`` (usually also its ``__slots
 an ordinary ``__init__`` with typed parameters and defaults.  :class:`Record` then gives
 field-wise ``==`` (same class only) and a dataclass-like ``repr``; like a non-frozen dataclass it
 is mutable and unhashable.  :class:`FrozenRecord` is the ``frozen=True`` counterpart: its
-``__init__`` stores the fields with :meth:`FrozenRecord._assign`, any later assignment or deletion
-raises ``AttributeError``, and it hashes by its fields.
+``__init__`` stores the fields by name with :meth:`FrozenRecord._assign`, any later assignment or
+deletion raises ``AttributeError``, and it hashes by its fields.  Each field is also annotated in
+the class body, so a type checker sees it.
 """
 
 from __future__ import annotations
@@ -46,11 +47,17 @@ class FrozenRecord(Record):
 
     __slots__ = ()
 
-    def _assign(self, *values: Any) -> None:
-        """Store ``values`` into ``_fields``, in order (for use in ``__init__`` only)."""
-        if len(values) != len(self._fields):
-            raise TypeError(f"{type(self).__qualname__} has {len(self._fields)} fields, got {len(values)} values")
-        for name, value in zip(self._fields, values):
+    def _assign(self, **values: Any) -> None:
+        """Store each field by name (for use in ``__init__`` only).
+
+        Keywords, not positions: swapping two fields of the same type (``conditions_v4`` and
+        ``conditions_v6``) would otherwise go unnoticed by both the type checker and the tests.
+        """
+        if values.keys() != set(self._fields):
+            missing = sorted(set(self._fields) - values.keys())
+            extra = sorted(values.keys() - set(self._fields))
+            raise TypeError(f"{type(self).__qualname__}: missing fields {missing}, unknown fields {extra}")
+        for name, value in values.items():
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name: str, value: object) -> None:

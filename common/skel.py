@@ -181,6 +181,14 @@ class Plugin(FrozenRecord):
 
     __slots__ = ("name", "add", "delete", "check", "gc", "status", "versions", "about")
     _fields = __slots__
+    name: str
+    add: Handler
+    delete: Handler
+    check: Optional[Handler]
+    gc: Optional[Handler]
+    status: Optional[Handler]
+    versions: tuple[str, ...]
+    about: str
 
     def __init__(
         self,
@@ -193,7 +201,16 @@ class Plugin(FrozenRecord):
         versions: tuple[str, ...] = versions.ALL,
         about: str = "",
     ) -> None:
-        self._assign(name, add, delete, check, gc, status, versions, about)
+        self._assign(
+            name=name,
+            add=add,
+            delete=delete,
+            check=check,
+            gc=gc,
+            status=status,
+            versions=versions,
+            about=about,
+        )
 
     def handler(self, command: str) -> Optional[Handler]:
         return {

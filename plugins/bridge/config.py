@@ -134,10 +134,26 @@ class BridgeConfig(FrozenRecord):
         mac: str = "",
     ) -> None:
         self._assign(
-            network, cni_version, bridge, is_gateway, is_default_gateway, force_address, ip_masq,
-            hairpin_mode, promisc_mode, preserve_default_vlan, macspoofchk, enable_dad,
-            disable_container_interface, port_isolation, mtu, vlan, vlan_trunk, ipam_type,
-            DNS() if dns is None else dns, mac,
+            network=network,
+            cni_version=cni_version,
+            bridge=bridge,
+            is_gateway=is_gateway,
+            is_default_gateway=is_default_gateway,
+            force_address=force_address,
+            ip_masq=ip_masq,
+            hairpin_mode=hairpin_mode,
+            promisc_mode=promisc_mode,
+            preserve_default_vlan=preserve_default_vlan,
+            macspoofchk=macspoofchk,
+            enable_dad=enable_dad,
+            disable_container_interface=disable_container_interface,
+            port_isolation=port_isolation,
+            mtu=mtu,
+            vlan=vlan,
+            vlan_trunk=vlan_trunk,
+            ipam_type=ipam_type,
+            dns=DNS() if dns is None else dns,
+            mac=mac,
         )
 
     @property

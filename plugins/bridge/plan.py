@@ -36,7 +36,7 @@ class PodRoute(FrozenRecord):
 
     def __init__(self, dst: str, gw: str = "", priority: Optional[int] = None, table: Optional[int] = None,
                  scope: Optional[int] = None) -> None:
-        self._assign(dst, gw, priority, table, scope)
+        self._assign(dst=dst, gw=gw, priority=priority, table=table, scope=scope)
 
     @property
     def family(self) -> int:

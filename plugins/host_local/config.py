@@ -99,7 +99,7 @@ class Range(FrozenRecord):
     end: IP
 
     def __init__(self, subnet: Network, gateway: IP, start: IP, end: IP) -> None:
-        self._assign(subnet, gateway, start, end)
+        self._assign(subnet=subnet, gateway=gateway, start=start, end=end)
 
     @property
     def family(self) -> int:
@@ -133,7 +133,7 @@ class RangeSet(FrozenRecord):
     ranges: tuple[Range, ...]
 
     def __init__(self, ranges: tuple[Range, ...]) -> None:
-        self._assign(ranges)
+        self._assign(ranges=ranges)
 
     @property
     def family(self) -> int:
@@ -177,7 +177,15 @@ class IpamConfig(FrozenRecord):
         resolv_conf: str = "",
         requested_ips: tuple[IP, ...] = (),
     ) -> None:
-        self._assign(name, cni_version, ranges, routes, data_dir, resolv_conf, requested_ips)
+        self._assign(
+            name=name,
+            cni_version=cni_version,
+            ranges=ranges,
+            routes=routes,
+            data_dir=data_dir,
+            resolv_conf=resolv_conf,
+            requested_ips=requested_ips,
+        )
 
 
 # -- the reference's structs, as Go decodes them ---------------------------------------------
@@ -264,7 +272,7 @@ class RawRange(FrozenRecord):
         end: Optional[IP] = None,
         gateway: Optional[IP] = None,
     ) -> None:
-        self._assign(subnet, start, end, gateway)
+        self._assign(subnet=subnet, start=start, end=end, gateway=gateway)
 
     @classmethod
     def from_decoded(cls, d: dict) -> "RawRange":

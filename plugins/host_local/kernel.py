@@ -48,7 +48,7 @@ class Owner(FrozenRecord):
     ifname: Optional[str]  # None for the legacy id-only format
 
     def __init__(self, container_id: str, ifname: Optional[str]) -> None:
-        self._assign(container_id, ifname)
+        self._assign(container_id=container_id, ifname=ifname)
 
     @classmethod
     def parse(cls, data: bytes) -> Optional["Owner"]:
@@ -77,7 +77,7 @@ class Entry(FrozenRecord):
     owner: Optional[Owner]
 
     def __init__(self, name: str, ip: IP, owner: Optional[Owner]) -> None:
-        self._assign(name, ip, owner)
+        self._assign(name=name, ip=ip, owner=owner)
 
 
 class DiskStore:

@@ -44,7 +44,7 @@ class Allocation(FrozenRecord):
     range: Range
 
     def __init__(self, ip: IP, range: Range) -> None:  # noqa: A002 - the reference's field name
-        self._assign(ip, range)
+        self._assign(ip=ip, range=range)
 
     @property
     def cidr(self) -> str:

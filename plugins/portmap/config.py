@@ -33,7 +33,12 @@ class PortMapping(FrozenRecord):
     host_ip: str  # canonical text, "" when absent
 
     def __init__(self, host_port: int, container_port: int, protocol: str, host_ip: str = "") -> None:
-        self._assign(host_port, container_port, protocol, host_ip)
+        self._assign(
+            host_port=host_port,
+            container_port=container_port,
+            protocol=protocol,
+            host_ip=host_ip,
+        )
 
     @property
     def host_family(self) -> int:
@@ -75,7 +80,15 @@ class PortmapConfig(FrozenRecord):
         external_set_mark_chain: str = "",
         mappings: tuple[PortMapping, ...] = (),
     ) -> None:
-        self._assign(snat, masq_all, conditions_v4, conditions_v6, mark_masq_bit, external_set_mark_chain, mappings)
+        self._assign(
+            snat=snat,
+            masq_all=masq_all,
+            conditions_v4=conditions_v4,
+            conditions_v6=conditions_v6,
+            mark_masq_bit=mark_masq_bit,
+            external_set_mark_chain=external_set_mark_chain,
+            mappings=mappings,
+        )
 
     def conditions(self, family: int) -> str:
         return " ".join(self.conditions_v4 if family == 4 else self.conditions_v6)

@@ -37,7 +37,7 @@ class RouteSpec(FrozenRecord):
     text: str  # dst as written, for the result and messages
 
     def __init__(self, dst: Network, gw: Optional[Address] = None, text: str = "") -> None:
-        self._assign(dst, gw, text)
+        self._assign(dst=dst, gw=gw, text=text)
 
     @property
     def family(self) -> int:
@@ -65,7 +65,13 @@ class RouteOverrideConfig(FrozenRecord):
         addroutes: tuple[RouteSpec, ...] = (),
         skipcheck: bool = False,
     ) -> None:
-        self._assign(flushroutes, flushgateway, delroutes, addroutes, skipcheck)
+        self._assign(
+            flushroutes=flushroutes,
+            flushgateway=flushgateway,
+            delroutes=delroutes,
+            addroutes=addroutes,
+            skipcheck=skipcheck,
+        )
 
     def all_delroutes(self) -> tuple[RouteSpec, ...]:
         """``delroutes`` plus both default routes when ``flushgateway`` is set."""

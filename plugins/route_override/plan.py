@@ -34,7 +34,7 @@ class KernelRoute(FrozenRecord):
     def __init__(
         self, dst: Network, gw: Optional[str] = None, oif: Optional[int] = None, scope: int = 0, attrs: Optional[dict] = None
     ) -> None:
-        self._assign(dst, gw, oif, scope, {} if attrs is None else attrs)
+        self._assign(dst=dst, gw=gw, oif=oif, scope=scope, attrs={} if attrs is None else attrs)
 
     def _values(self) -> tuple:
         return (self.dst, self.gw, self.oif, self.scope)

@@ -38,7 +38,7 @@ class Sysctl(FrozenRecord):
     value: str
 
     def __init__(self, key: str, rel: str, value: str) -> None:
-        self._assign(key, rel, value)
+        self._assign(key=key, rel=rel, value=value)
 
     @property
     def path(self) -> str:
@@ -67,7 +67,15 @@ class TuningConfig(FrozenRecord):
         txqlen: Optional[int] = None,
         data_dir: str = DEFAULT_DATA_DIR,
     ) -> None:
-        self._assign(sysctl, mac, mtu, promisc, allmulti, txqlen, data_dir)
+        self._assign(
+            sysctl=sysctl,
+            mac=mac,
+            mtu=mtu,
+            promisc=promisc,
+            allmulti=allmulti,
+            txqlen=txqlen,
+            data_dir=data_dir,
+        )
 
     @property
     def changes_link(self) -> bool:

@@ -39,7 +39,14 @@ class LinkState(FrozenRecord):
     txqlen: int
 
     def __init__(self, index: int, mac: str, mtu: int, promisc: bool, allmulti: bool, txqlen: int) -> None:
-        self._assign(index, mac, mtu, promisc, allmulti, txqlen)
+        self._assign(
+            index=index,
+            mac=mac,
+            mtu=mtu,
+            promisc=promisc,
+            allmulti=allmulti,
+            txqlen=txqlen,
+        )
 
 
 def read(ipr: Any, ifname: str) -> Optional[LinkState]:
