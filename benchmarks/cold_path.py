@@ -5,7 +5,7 @@ that need no kernel (VERSION, host-local ADD/DEL on a scratch directory, portmap
 map, route-override DEL, tuning DEL of a sysctl-only config), and wall-clock times the same execs
 against a bare interpreter start (``python -I -S -c pass``), interleaved.
 
-    sudo PYTHONPATH=.dev .venv/bin/python benchmarks/cold_path.py [--runs 30] [--top 12]
+    sudo .venv/bin/python benchmarks/cold_path.py [--runs 30] [--top 12]
 
 Nothing is created in any network namespace: CNI_NETNS names a path that does not exist.
 """

@@ -30,8 +30,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-if os.path.isdir(os.path.join(ROOT, ".dev")):
-    sys.path.insert(0, os.path.join(ROOT, ".dev"))
+sys.path.insert(0, ROOT)  # the checkout: cnichain/ links to the top-level packages
 
 from cnichain.cli import install  # noqa: E402
 from cnichain.cli.lab import Lab  # noqa: E402

@@ -7,7 +7,8 @@ Three sources, each recorded for the manifest:
   shared library the loader would map for them plus ``libnftables.so.1`` (dlopened by name) and
   ``libgcc_s.so.1`` (dlopened by glibc for thread cancellation), and glibc's loader itself.
 - Python distributions: ``cnichain`` and its runtime requirements, file by file from their
-  RECORD in the environment running the build (the wheel ``./run`` just installed).
+  RECORD in the environment running the build, and cnichain's package as imported there (an
+  editable install from a checkout, or a wheel).
 Kept on purpose: ``ssl``, ``sqlite3`` and ``unittest.mock``, which pyroute2 imports at import time.
 """
 
@@ -109,16 +110,41 @@ def _closure(root: str) -> list[importlib.metadata.Distribution]:
     return [seen[k] for k in sorted(seen)]
 
 
+def _skipped(rel: str) -> bool:
+    return (rel.startswith("..") or "__pycache__" in rel or rel.endswith((".pyc", ".pth"))
+            or rel.endswith("/RECORD"))
+
+
 def _add_dists(plan: Plan) -> None:
     for dist in _closure("cnichain"):
         plan.dist_versions[dist.metadata["Name"]] = dist.version
         for f in dist.files or []:
             rel = str(f)
-            if rel.startswith("..") or "__pycache__" in rel or rel.endswith(".pyc") or rel.endswith("/RECORD"):
+            if _skipped(rel):
                 continue
             src = os.path.realpath(str(dist.locate_file(f)))
             if os.path.isfile(src):
                 plan.dists[f"{SITE_REL}/{rel}"] = src
+    _add_package("cnichain", plan)
+
+
+def _add_package(name: str, plan: Plan) -> None:
+    """Every file of an importable package, read from where it is imported (links followed).
+
+    An editable install's RECORD lists only a ``.pth`` file; the package itself is the checkout's
+    ``cnichain/`` directory, whose sub-packages are symlinks.  Walking the imported package gives
+    the same files as a wheel's RECORD would, for either kind of install.
+    """
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.origin:
+        raise RuntimeError(f"package {name!r} is not importable in the build environment")
+    root = os.path.dirname(spec.origin)
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for fname in sorted(filenames):
+            rel = os.path.relpath(os.path.join(dirpath, fname), os.path.dirname(root))
+            if not _skipped(rel):
+                plan.dists[f"{SITE_REL}/{rel}"] = os.path.realpath(os.path.join(dirpath, fname))
 
 
 def _add_nftables(plan: Plan) -> None:

@@ -35,7 +35,7 @@ def exec_plugin(lab, plugin_dir, command, conf, netns, cid="ctr1", ifname="eth0"
            "CNI_PATH": plugin_dir, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     argv = [binary or os.path.join(plugin_dir, "tuning")]
     if python_probe:
-        env["PYTHONPATH"] = os.path.join(ROOT, ".dev")
+        env["PYTHONPATH"] = ROOT  # the checkout: cnichain/ links to the top-level packages
         argv = [os.path.join(ROOT, ".venv", "bin", "python"), "-c",
                 "import sys\nfrom cnichain.plugins.tuning.__main__ import main\nrc = main()\n"
                 "sys.stderr.write('PYROUTE2=%s' % ('pyroute2' in sys.modules))\nsys.exit(rc)\n"]

@@ -260,7 +260,7 @@ print(",".join(heavy))
 """
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.path.join(root, ".dev")
+    env["PYTHONPATH"] = root  # the checkout (cnichain/ links)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""

@@ -233,7 +233,7 @@ def test_del_never_imports_pyroute2(command):
         "sys.stderr.write('RC=%d LOADED=%s' % (rc, sorted(m for m in ('pyroute2', 'nftables', 'typer', 'logging') if m in sys.modules)))\n"
     )
     env = {"CNI_COMMAND": command, "CNI_CONTAINERID": "c1", "CNI_NETNS": "/nonexistent", "CNI_IFNAME": "eth0",
-           "CNI_PATH": "/x", "PYTHONPATH": os.path.join(ROOT, ".dev")}
+           "CNI_PATH": "/x", "PYTHONPATH": ROOT}  # the checkout (cnichain/ links)
     conf = conf_for("1.1.0", flushroutes=True, prevResult=prev_for("1.1.0"))
     proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(conf).encode(), env=env,
                           capture_output=True, timeout=60)

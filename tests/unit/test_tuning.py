@@ -345,7 +345,7 @@ def test_cheap_paths_never_import_pyroute2(command, keys, tmp_path):
         "sys.stderr.write('LOADED=%s' % sorted(m for m in ('pyroute2', 'nftables', 'typer', 'logging') if m in sys.modules))\n"
     )
     env = {"CNI_COMMAND": command, "CNI_CONTAINERID": "c1", "CNI_NETNS": "/nonexistent/netns", "CNI_IFNAME": "eth0",
-           "CNI_PATH": "/x", "PYTHONPATH": os.path.join(ROOT, ".dev")}
+           "CNI_PATH": "/x", "PYTHONPATH": ROOT}  # the checkout (cnichain/ links)
     proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(conf).encode(), env=env,
                           capture_output=True, timeout=60)
     assert b"LOADED=[]" in proc.stderr, proc.stderr
