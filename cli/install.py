@@ -157,7 +157,7 @@ def python_launcher(executable: str) -> str:
 
 
 def conflists_dir() -> str:
-    import cnichain.conflists  # type: ignore[import-not-found]
+    import cnichain.conflists
 
     return os.path.dirname(os.path.abspath(cnichain.conflists.__file__))
 

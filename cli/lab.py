@@ -124,7 +124,7 @@ def isolate_conflist(data: dict, workdir: str) -> dict:
     import copy
 
     out = copy.deepcopy(data)
-    plugins = out.get("plugins") if "plugins" in out else [out]
+    plugins = out["plugins"] if isinstance(out.get("plugins"), list) else [out]
     for plugin in plugins:
         ipam = plugin.get("ipam")
         if isinstance(ipam, dict) and ipam.get("type") == "host-local":

@@ -58,7 +58,7 @@ def kernel_text(exc: BaseException) -> str:
     if isinstance(exc, KernelError):
         return exc.reason
     code = errno_of(exc)
-    args = getattr(exc, "args", ())
+    args: tuple[object, ...] = getattr(exc, "args", ())
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     if len(args) > 1 and args[1]:
@@ -116,9 +116,9 @@ class reported_as:
     def __enter__(self) -> reported_as:
         return self
 
-    def __exit__(self, exc_type: object, exc: Optional[BaseException], tb: object) -> bool:
+    def __exit__(self, exc_type: object, exc: Optional[BaseException], tb: object) -> None:
         if exc is None or isinstance(exc, CniError) or not isinstance(exc, failures()):
-            return False
+            return  # nothing to translate: the exception (if any) propagates as it is
         raise KernelError.of(exc, self.context, go=self.go) from None
 
 

@@ -87,14 +87,13 @@ class entered:
             raise CniError(code, f'failed to enter netns "{self.path}": {exc.strerror}') from None
         self._fds.append((target, origin))
 
-    def __exit__(self, *exc_info: object) -> bool:
+    def __exit__(self, *exc_info: object) -> None:
         target, origin = self._fds.pop()
         try:
             _setns(origin)
         finally:
             os.close(origin)
             os.close(target)
-        return False
 
 
 def same_netns(a: str, b: str) -> bool:

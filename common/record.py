@@ -33,9 +33,9 @@ class Record:
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return self._values() == other._values()  # type: ignore[attr-defined]
+        return self._values() == other._values()
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # mutable: unhashable, as a non-frozen dataclass
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
@@ -66,7 +66,7 @@ class FrozenRecord(Record):
     def __delattr__(self, name: str) -> None:
         raise AttributeError(f"cannot delete field {name!r}: {type(self).__qualname__} is immutable")
 
-    def __hash__(self) -> int:
+    def __hash__(self) -> int:  # type: ignore[override]  # frozen: hashable by its fields
         return hash(self._values())
 
     def __setstate__(self, state: Any) -> None:

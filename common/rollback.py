@@ -25,19 +25,23 @@ from .log import log
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds per exec
-    from typing import Any, Callable, Optional
+    from typing import Callable, Optional
 
 
 class Rollback:
     """Compensating actions, run in reverse order of registration."""
 
     def __init__(self) -> None:
-        self._steps: list[tuple[str, Callable[[], Any]]] = []
+        self._steps: list[tuple[str, Callable[..., object], tuple[object, ...]]] = []
         self.first_error: Optional[BaseException] = None
 
-    def push(self, what: str, undo: Callable[[], Any]) -> None:
-        """Register ``undo`` for a step that has just succeeded; ``what`` names it in the log."""
-        self._steps.append((what, undo))
+    def push(self, what: str, undo: Callable[..., object], *args: object) -> None:
+        """Register ``undo(*args)`` for a step that has just succeeded; ``what`` names it in the log.
+
+        The arguments are bound now, so a loop can register one undo per item without the
+        late-binding trap of a lambda over the loop variable.
+        """
+        self._steps.append((what, undo, args))
 
     def __len__(self) -> int:
         return len(self._steps)
@@ -48,11 +52,12 @@ class Rollback:
         Only CNI and kernel failures of an undo are absorbed: a programming error in an undo
         (a ``TypeError``) propagates like any other bug.
         """
+        absorbed: tuple[type[BaseException], ...] = (CniError, *failures())
         while self._steps:
-            what, undo = self._steps.pop()
+            what, undo, args = self._steps.pop()
             try:
-                undo()
-            except (CniError, *failures()) as exc:
+                undo(*args)
+            except absorbed as exc:
                 log.error(f"rollback step '{what}' failed: {exc}")
                 if self.first_error is None:
                     self.first_error = exc

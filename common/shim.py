@@ -42,6 +42,10 @@ fail with its usual error, after which the runtime cleans up with DEL.
 import posix
 import sys
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only, quoted: not even __future__ is imported on the warm path
+    from typing import Callable
+
 MAGIC = b"CNIA"
 VERSION = 1
 HEADER_SIZE = 12
@@ -165,7 +169,9 @@ def _replay_stdin(data: bytes) -> None:
     sys.stdin = io.TextIOWrapper(io.BytesIO(data))
 
 
-def exchange(path: str, plugin_type: str, env: dict, read_stdin) -> tuple[object, bytes | None]:
+def exchange(
+    path: str, plugin_type: str, env: dict, read_stdin: "Callable[[], bytes]"
+) -> "tuple[tuple[int, bytes, bytes] | None, bytes | None]":
     """Talk to the agent: (exit code, stdin) when it ran the request, (None, stdin) otherwise.
 
     ``read_stdin`` is called only once the agent accepted the connection, so an absent agent costs
@@ -239,7 +245,7 @@ def forward(plugin_type: str, baked_socket: str = DEFAULT_SOCKET) -> int | None:
         if stdin is not None:
             _replay_stdin(stdin)
         return None
-    code, out, err = answer  # type: ignore[misc]
+    code, out, err = answer
     try:
         if out:
             _write_all(1, out)

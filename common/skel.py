@@ -172,6 +172,9 @@ def parse_prev_result(raw: dict, conf_version: str) -> Result:
         raise CniError(exc.code, f"could not parse prevResult: {exc.msg}", exc.details) from None
 
 
+_ALL_VERSIONS = versions.ALL  # the field "versions" below shadows the module inside the class
+
+
 class Plugin(FrozenRecord):
     """A plugin is a name, its supported versions and one plain function per command.
 
@@ -198,7 +201,7 @@ class Plugin(FrozenRecord):
         check: Optional[Handler] = None,
         gc: Optional[Handler] = None,
         status: Optional[Handler] = None,
-        versions: tuple[str, ...] = versions.ALL,
+        versions: tuple[str, ...] = _ALL_VERSIONS,
         about: str = "",
     ) -> None:
         self._assign(
@@ -358,9 +361,9 @@ def dispatch(plugin: Plugin, env: Mapping[str, str], stdin: bytes, stdout: TextI
     except Exception as exc:  # noqa: BLE001 - the spec wants JSON, never a traceback
         import traceback
 
-        err = CniError(Code.INTERNAL, f"{plugin.name}: unexpected error: {exc}", type(exc).__name__)
-        stdout.write(error_json(err) + "\n")
-        _log_done(command, req, started, err.code, traceback.format_exc())
+        internal = CniError(Code.INTERNAL, f"{plugin.name}: unexpected error: {exc}", type(exc).__name__)
+        stdout.write(error_json(internal) + "\n")
+        _log_done(command, req, started, internal.code, traceback.format_exc())
         return 1
 
 

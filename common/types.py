@@ -266,8 +266,8 @@ class Result(Record):
     def _to_020(self, version: str) -> dict:
         out: dict[str, Any] = {"cniVersion": version}
         first: dict[int, IPConfig] = {}
-        for ip in self.ips:
-            first.setdefault(ip.family, ip)
+        for cfg in self.ips:
+            first.setdefault(cfg.family, cfg)
         if not first:
             raise CniError(Code.INCOMPATIBLE_VERSION, "cannot convert: no valid IP addresses")
         for fam, key in ((4, "ip4"), (6, "ip6")):

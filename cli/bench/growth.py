@@ -71,8 +71,8 @@ def _prepare(bench: Bench, mode: Mode) -> Optional[Grower]:
     runtime = Runtime(mode.bin_dirs, os.path.join(mode.workdir, "gcache"), node_netns=node,
                       on_exec=bench.recorder(mode), timeout=60, extra_env=mode.runtime.extra_env)
     for p in ("host-local", "portmap"):
-        if have[p]:
-            mode.provenance.setdefault(p, have[p])
+        if source := have[p]:
+            mode.provenance.setdefault(p, source)
     return Grower(mode, runtime, pod, os.path.join(mode.workdir, "grow-ipam"), have["portmap"])
 
 

@@ -81,7 +81,7 @@ def run_chain(bench: Bench) -> None:
     for i in range(n):
         for mode in bench.ordered(i):
             att = attachment(mode, i, pod_netns(bench, mode, i))
-            _, recs, err = bench.collect(lambda: mode.runtime.add(mode.conflist, att))
+            _, recs, err = bench.collect(lambda: mode.runtime.add(mode.chain, att))
             _total(bench, mode.name, i, "ADD", recs, err)
             bench.keep_outcome("chain", mode.name, f"pod {i} ADD", recs, err)
             live[mode.name].append(i)
@@ -91,7 +91,7 @@ def run_chain(bench: Bench) -> None:
             if i not in live[mode.name]:
                 continue
             att = attachment(mode, i, mode.pods[i], with_capabilities=False)
-            _, recs, err = bench.collect(lambda: mode.runtime.delete(mode.conflist, att))
+            _, recs, err = bench.collect(lambda: mode.runtime.delete(mode.chain, att))
             _total(bench, mode.name, i, "DEL", recs, err)
             bench.keep_outcome("chain", mode.name, f"pod {i} DEL", recs, err)
         bench.progress(f"[chain] DEL pod {k + 1}/{n}  " + _last_totals(bench, "DEL"))
@@ -125,7 +125,7 @@ def run_parallel(bench: Bench) -> None:
                 op = mode.runtime.add if command == "ADD" else mode.runtime.delete
 
                 def one(att: Attachment) -> tuple[Records, Optional[BaseException]]:
-                    _, recs, err = bench.collect(lambda: op(mode.conflist, att))
+                    _, recs, err = bench.collect(lambda: op(mode.chain, att))
                     return recs, err
 
                 started = time.perf_counter()

@@ -48,6 +48,13 @@ class Mode:
     skipped: dict[str, str] = field(default_factory=dict)  # plugin type -> why it is left out
     pods: list[str] = field(default_factory=list)
 
+    @property
+    def chain(self) -> ConfList:
+        """The conflist this mode runs; set up before any phase, so a phase never sees None."""
+        if self.conflist is None:
+            raise RuntimeError(f"bench mode {self.name!r} has no conflist yet")
+        return self.conflist
+
 
 class Bench:
     """The lab, the modes, and what the phases measured (samples, totals, batches, errors, notes)."""

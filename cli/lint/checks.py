@@ -284,7 +284,7 @@ class _Linter:
         for key in ipam:
             if catalog.matches_folded(key, catalog.HOST_LOCAL_IPAM_KEYS) is None:
                 self._unknown_key(key, catalog.HOST_LOCAL_IPAM_KEYS, index, ptype, prefix="ipam.")
-        caps = entry.get("capabilities") if isinstance(entry.get("capabilities"), dict) else {}
+        caps = raw if isinstance(raw := entry.get("capabilities"), dict) else {}
         for p in parsers.check_host_local(conf, bool(caps.get("ipRanges"))):
             self.add(ERROR, p.message, index, ptype, p.key, _fix_for(p.message) or _REFUSED.format("host-local"))
         if "host-local" in catalog.OUR_TYPES:
@@ -407,13 +407,13 @@ class _Linter:
     def _binaries(self, plugins: list, types: list[str]) -> None:
         from cnichain.common.invoke import find_plugin
 
-        wanted: list[tuple[Optional[int], str, str]] = []
-        for i, (entry, t) in enumerate(zip(plugins, types)):
+        wanted: list[tuple[int, str, str]] = []
+        for idx, (entry, t) in enumerate(zip(plugins, types)):
             if t:
-                wanted.append((i, t, "type"))
+                wanted.append((idx, t, "type"))
             ipam = entry.get("ipam") if isinstance(entry, dict) else None
             if isinstance(ipam, dict) and isinstance(ipam.get("type"), str) and ipam["type"]:
-                wanted.append((i, ipam["type"], "ipam.type"))
+                wanted.append((idx, ipam["type"], "ipam.type"))
         for i, name, key in wanted:
             try:
                 find_plugin(name, self.options.bin_dirs)

@@ -87,12 +87,12 @@ def parse_entry(path: str, data: bytes) -> Optional[CacheEntry]:
     network, cid, ifname = doc.get("networkName"), doc.get("containerId"), doc.get("ifName")
     if not (valid_id(network) and valid_id(cid) and valid_ifname(ifname)):
         return None
-    result = doc.get("result") if isinstance(doc.get("result"), dict) else {}
-    netns = doc.get("netns") if isinstance(doc.get("netns"), str) else ""
-    cni_args = doc.get("cniArgs") if isinstance(doc.get("cniArgs"), list) else []
-    caps = doc.get("capabilityArgs") if isinstance(doc.get("capabilityArgs"), dict) else {}
+    result = raw if isinstance(raw := doc.get("result"), dict) else {}
+    netns = raw if isinstance(raw := doc.get("netns"), str) else ""
+    cni_args = raw if isinstance(raw := doc.get("cniArgs"), list) else []
+    caps = raw if isinstance(raw := doc.get("capabilityArgs"), dict) else {}
     return CacheEntry(
-        path=path, network=network, container_id=cid, ifname=ifname, result=result,
+        path=path, network=str(network), container_id=str(cid), ifname=str(ifname), result=result,
         config=_config(doc.get("config")), netns=netns or _sandbox(result),
         cni_args=[(str(p[0]), str(p[1])) for p in cni_args if isinstance(p, (list, tuple)) and len(p) == 2],
         capability_args=caps,

@@ -16,12 +16,15 @@ namespace path its cache entry names is gone.  An entry that names no namespace 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from cnichain.common.version import at_least
 
 from .cache import CacheEntry
 from .view import ContainerView, NodeView
+
+if TYPE_CHECKING:
+    from cnichain.cli.runtime import Runtime
 
 
 @dataclass
@@ -168,7 +171,7 @@ def render(plan: Plan, applied: Optional[list[str]] = None) -> str:
     return "\n".join(lines)
 
 
-def execute(plan: Plan, runtime_for: Callable[[CacheEntry | None], object]) -> tuple[list[str], bool]:
+def execute(plan: Plan, runtime_for: Callable[[CacheEntry | None], Runtime]) -> tuple[list[str], bool]:
     """Run the plan; ``runtime_for(entry)`` gives a Runtime whose cache holds ``entry`` (None: any).
 
     Returns report lines and whether everything succeeded.  A failed DEL leaves the entry cached

@@ -72,10 +72,9 @@ class _in_netns:
         if self.inner is not None:
             self.inner.__enter__()
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> None:
         if self.inner is not None:
             self.inner.__exit__(*exc)
-        return False
 
 
 def _nft(node_netns: Optional[str], command: str, as_json: bool) -> Optional[str]:

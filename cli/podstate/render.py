@@ -36,7 +36,7 @@ def _container(cv: ContainerView) -> list[str]:
             lines.append(f"  bandwidth   {s.get('network')}  ingress on {s['host_veth']}: {_rate(s.get('ingress') or {})}")
     for t in cv.tuning_backups:
         saved = ", ".join(f"{k}={v}" for k, v in sorted(t.saved.items()) if k != "sysctl")
-        sysctls = t.saved.get("sysctl") if isinstance(t.saved.get("sysctl"), dict) else {}
+        sysctls = raw if isinstance(raw := t.saved.get("sysctl"), dict) else {}
         parts = [saved] if saved else []
         parts += [f"{rel} {e.get('old')}->{e.get('new')}" for rel, e in sorted(sysctls.items()) if isinstance(e, dict)]
         lines.append(f"  tuning      {t.ifname}  restores {'; '.join(parts) or 'nothing'}  file={t.path}")

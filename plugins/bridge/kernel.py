@@ -115,9 +115,11 @@ def _ensure_accept_ra_off(ifname: str) -> None:
         pass  # IPv6 disabled on this host
 
 
-def bridge_is_unused(ipr: Any, index: int) -> bool:
-    """No port enslaved: safe to remove a bridge this ADD created."""
-    return not any(link.get_attr("IFLA_MASTER") == index for link in ipr.get_links())
+def delete_bridge_if_unused(ipr: Any, index: int) -> None:
+    """Undo of a bridge this ADD created: removed only while no port is enslaved to it (a
+    concurrent ADD may have attached its veth in the meantime)."""
+    if not any(link.get_attr("IFLA_MASTER") == index for link in ipr.get_links()):
+        delete_link(ipr, index)
 
 
 def delete_link(ipr: Any, index: int) -> None:

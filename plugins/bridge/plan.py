@@ -103,12 +103,12 @@ def plan_l3(ipam: Result, cfg: BridgeConfig) -> L3Plan:
     plan.routes = list(ipam.routes)
     if cfg.is_default_gateway:
         for fam in (4, 6):
-            gw = first_gw.get(fam)
-            if not gw:
+            default_gw = first_gw.get(fam)
+            if not default_gw:
                 continue
             found = any(_is_default(r.dst, fam) and r.gw for r in plan.routes)
             if not found:
-                plan.routes.append(Route(dst=DEFAULT_DST[fam], gw=gw))
+                plan.routes.append(Route(dst=DEFAULT_DST[fam], gw=default_gw))
     for route in plan.routes:
         try:
             fam = ipaddress.ip_network(route.dst, strict=False).version

@@ -60,8 +60,7 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
     bridge, created = kernel.ensure_bridge(host, cfg)
     bridge_index = bridge["index"]
     if created:
-        undo.push("remove new bridge", lambda: kernel.bridge_is_unused(host, bridge_index)
-                  and kernel.delete_link(host, bridge_index))
+        undo.push("remove new bridge", kernel.delete_bridge_if_unused, host, bridge_index)
     veth_name, veth_index = kernel.create_veth(host, pod, pod_fd, cfg, req.ifname)
     undo.push("delete veth", lambda: kernel.delete_link(host, veth_index))
     kernel.attach_host_end(host, veth_name, veth_index, bridge_index, cfg)

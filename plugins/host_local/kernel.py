@@ -206,15 +206,15 @@ class DiskStore:
                 capacity -= 1
         used = 0
         for e in self.entries():
-            r = rangeset.range_for(e.ip)
-            if r is not None and e.ip != r.gateway and e.owner is not None:
+            owning = rangeset.range_for(e.ip)
+            if owning is not None and e.ip != owning.gateway and e.owner is not None:
                 used += 1
         return used < capacity
 
     # -- file helpers --------------------------------------------------------------------------
     def entries(self) -> list[Entry]:
         """Reservation files: regular files whose name is an address."""
-        out = []
+        out: list[Entry] = []
         try:
             names = os.listdir(self.dir)
         except FileNotFoundError:
@@ -312,11 +312,10 @@ class _Locked:
         self.fd = fd
         return True
 
-    def __exit__(self, *exc_info: object) -> bool:
+    def __exit__(self, *exc_info: object) -> None:
         if self.fd >= 0:
             fd, self.fd = self.fd, -1
             os.close(fd)  # closing drops the flock
-        return False
 
 
 def _write_all(fd: int, data: bytes) -> None:

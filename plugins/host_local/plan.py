@@ -157,7 +157,7 @@ def allocate(store: Store, cfg: IpamConfig, container_id: str, ifname: str) -> l
                 msg = exc.msg if isinstance(exc, CniError) else os_error_text(exc)
                 raise plugin_error(f"failed to allocate for range {idx}: {msg}") from None
             done.append(got)
-            undo.push(f"release {got.ip}", lambda ip=got.ip: store.release_ip(ip, container_id, ifname))
+            undo.push(f"release {got.ip}", store.release_ip, got.ip, container_id, ifname)
         if pending:
             raise plugin_error(
                 "failed to allocate all requested IPs: " + " ".join(pending)

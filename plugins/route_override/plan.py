@@ -74,7 +74,10 @@ def new_result(prev: Result, cfg: RouteOverrideConfig) -> Result:
 
 
 def is_link_local(net: Network) -> bool:
-    return any(net.subnet_of(ll) for ll in _LINK_LOCAL if ll.version == net.version)
+    """Whether ``net`` lies inside fe80::/10 or 169.254.0.0/16 (``subnet_of`` without its
+    same-family precondition, which a type checker cannot follow through a union)."""
+    return any(ll.version == net.version and net.network_address in ll and net.prefixlen >= ll.prefixlen
+               for ll in _LINK_LOCAL)
 
 
 def routes_to_delete(routes: list[KernelRoute], targets: set[int], cfg: RouteOverrideConfig) -> list[KernelRoute]:

@@ -98,8 +98,8 @@ def _apply(req: Request, cfg: TuningConfig, sysctls: list[Sysctl], wanted: dict,
         for s, old in olds:
             if s.rel in changed:
                 kernel.write_sysctl(s.path, s.value)
-                undo.push(f"sysctl {s.path}", lambda s=s, old=old: kernel.write_sysctl(s.path, old))
-        if wanted:
+                undo.push(f"sysctl {s.path}", kernel.write_sysctl, s.path, old)
+        if wanted and state is not None:  # state was read above whenever link changes are wanted
             # Registered first: a partly applied change is put back as a whole.
             undo.push("link attributes", lambda: _restore_link(ipr, req.ifname, data))
             kernel.apply(ipr, state, req.ifname, wanted)
