@@ -86,3 +86,46 @@ def test_no_broad_except_outside_the_skeleton():
             found += [f for f in _broad_handlers(path) if not f.startswith("skel.py:")]
     assert found == []
     assert len(_broad_handlers(os.path.join(COMMON_DIR, "skel.py"))) == 1  # dispatch's code-999 net
+
+
+def _record_classes() -> list[type]:
+    """Every record class defined under common/ and plugins/ (imported, so subclasses register)."""
+    import importlib
+    import pkgutil
+
+    from cnichain.common.record import Record
+
+    for pkg in (common_pkg, plugins_pkg):
+        for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+            if not info.name.endswith("__main__"):
+                importlib.import_module(info.name)
+    found: list[type] = []
+    todo = [Record]
+    while todo:  # bounded by the number of classes defined
+        for sub in todo.pop().__subclasses__():
+            found.append(sub)
+            todo.append(sub)
+    return [c for c in found if c.__module__.startswith(("cnichain.common", "cnichain.plugins"))]
+
+
+def test_every_record_field_is_visible_to_a_type_checker():
+    """A field listed in ``_fields`` but not annotated in the class is invisible to mypy
+    (``"Plugin" has no attribute "add"``) unless ``__init__`` assigns it as an attribute."""
+    import inspect
+
+    from cnichain.common.record import FrozenRecord
+
+    classes = _record_classes()
+    assert len(classes) >= 15
+    for cls in classes:
+        annotated: set[str] = set()
+        for klass in cls.__mro__:
+            annotated |= set(getattr(klass, "__annotations__", {}))
+        if issubclass(cls, FrozenRecord):
+            missing = [f for f in cls._fields if f not in annotated]
+            assert not missing, f"{cls.__module__}.{cls.__qualname__} does not annotate {missing}"
+        else:  # a mutable Record assigns self.<field> in __init__, which a checker reads
+            body = inspect.getsource(cls.__init__)
+            missing = [f for f in cls._fields if f not in annotated and f"self.{f} " not in body
+                       and f"self.{f}:" not in body]
+            assert not missing, f"{cls.__module__}.{cls.__qualname__} never assigns {missing}"
