@@ -29,7 +29,12 @@ The modules, one job each (pure ones marked):
 ``pool``       workers forked and warmed ahead of demand, handed one request each (SCM_RIGHTS)
 ``delegates``  IPAM delegates forked inside a worker instead of exec'd back to us
 ``log``        the request log
-``server``     the event loop: accept, handshake, fork, reap, expire, drain
+``connection`` one accepted connection and its states: read -> go -> run, each with its deadline
+``events``     the tags of the selector's keys, named once
+``handshake``  admission at accept, then REQUEST/ACK/GO; VERSION, metrics and refusals answered
+``inflight``   a request's worker from GO to reaping: start (pooled or forked), reap, kill
+``pool_keeper`` the agent's idle pooled workers: refill, "ready", early exits, take one, close
+``server``     the event loop: register, dispatch, signals, drain, the deadline sweep
 ``control``    start/stop an agent process, fetch its metrics (tests, bench, operators)
 
 This package must stay importable without typer: ``cnichain agent`` (cli/app.py) is a thin wrapper

@@ -13,7 +13,7 @@ accepted connection and the caller's namespace descriptors, over a private SOCK_
 From there the worker does exactly what a freshly forked one does (:func:`worker.run`): one
 request, then exit.  Isolation is unchanged: a pooled worker has served nobody before, and it never
 serves anybody after.  The agent reaps it like any other worker and forks a replacement when the
-loop has nothing else to do.
+loop has nothing else to do; that bookkeeping on the agent's side is :mod:`pool_keeper`'s.
 
 Warming has two parts.  The agent's own :func:`~cnichain.cli.agent.warmup.exercise` runs
 lazily-initialised code once before any fork (pyroute2 message classes and socket set-up, each

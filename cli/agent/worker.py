@@ -4,7 +4,7 @@ The child drops the agent's signal handlers and descriptors, enters the caller's
 the request's environment, umask and a private stdout/stderr, runs
 :func:`cnichain.common.skel.dispatch` and writes the RESULT frame to the shim itself -- so the
 answer survives the agent being killed or restarted mid-request.  Its own alarm bounds any hang;
-the server adds a SIGKILL after a grace period in case the alarm is ignored or blocked.
+the agent (:mod:`inflight`) adds a SIGKILL after a grace period in case the alarm is ignored or blocked.
 
 The exit status tells the server what happened without another channel: :data:`EXIT_OK` and
 :data:`EXIT_CNI_ERROR` mean the shim got the answer, :data:`EXIT_UNDELIVERED` that it could not
