@@ -54,7 +54,7 @@ def launcher_target(binary: str) -> Optional[tuple[str, str]]:
 
 
 def _read_all(fd: int) -> bytes:
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         chunk = os.read(fd, 65536)
         if not chunk:
@@ -81,7 +81,7 @@ class DelegateRunner:
             return None  # that exec would not reach this agent: keep the exec semantics exactly
         answer, _ = shim.exchange(self.socket_path, target[0], env, lambda: stdin)
         if answer is not None:
-            return answer  # type: ignore[return-value]
+            return answer
         return self._fork(target[0], env, stdin)
 
     def _fork(self, plugin_type: str, env: dict, stdin: bytes) -> tuple[int, bytes, bytes]:

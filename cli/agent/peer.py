@@ -50,7 +50,7 @@ def setns(fd: int, nstype: int) -> None:
     """Move the calling thread into the namespace ``fd`` refers to (os.setns where Python has it)."""
     global _libc
     if hasattr(os, "setns"):
-        os.setns(fd, nstype)  # type: ignore[attr-defined]
+        os.setns(fd, nstype)
         return
     import ctypes
 
