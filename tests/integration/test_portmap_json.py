@@ -133,3 +133,94 @@ def test_fast_delete_from_a_listing_is_accepted(lab):
     assert apply(lab, planning.fast_delete(a.owner, comments)) == ""
     snap = snapshot(lab)
     assert snap.elements == {} and set(snap.chains) == set(planning.SKELETON_RULES)
+
+
+def _old_text_script(p: planning.OwnerPlan) -> str:
+    """What the text-writing portmap (before libnftables JSON) sent for :func:`_old_plan`'s first
+    ADD, verbatim in its format: skeleton, then the container's chains, rules and elements."""
+    t, c, m = names.T, names.dnat_chain(p.owner), names.masq_chain(p.owner)
+    cond = "ip saddr 10.0.0.0/8"
+    return "\n".join([
+        f'add table {t} {{ comment "{names.TABLE_COMMENT}"; }}',
+        f"add map {t} dnat_any {{ type nf_proto . inet_proto . inet_service : verdict; }}",
+        f"add map {t} dnat_ip4 {{ type ipv4_addr . inet_proto . inet_service : verdict; }}",
+        f"add map {t} dnat_ip6 {{ type ipv6_addr . inet_proto . inet_service : verdict; }}",
+        f"add map {t} masq4 {{ type ipv4_addr : verdict; }}",
+        f"add map {t} masq6 {{ type ipv6_addr : verdict; }}",
+        f"add chain {t} prerouting {{ type nat hook prerouting priority -100; policy accept; }}",
+        f"add chain {t} output {{ type nat hook output priority -100; policy accept; }}",
+        f"add chain {t} postrouting {{ type nat hook postrouting priority 95; policy accept; }}",
+        f"add chain {t} hostports",
+        f"add rule {t} prerouting fib daddr type local jump hostports",
+        f"add rule {t} output fib daddr type local jump hostports",
+        f"add rule {t} hostports ip daddr . meta l4proto . th dport vmap @dnat_ip4",
+        f"add rule {t} hostports ip6 daddr . meta l4proto . th dport vmap @dnat_ip6",
+        f"add rule {t} hostports meta nfproto . meta l4proto . th dport vmap @dnat_any",
+        f"add rule {t} postrouting ct status dnat ip daddr vmap @masq4",
+        f"add rule {t} postrouting ct status dnat ip6 daddr vmap @masq6",
+        f'add chain {t} {c} {{ comment "{p.identity}"; }}',
+        f'add rule {t} {c} continue comment "{p.identity}"',
+        f'add rule {t} {c} {cond} meta nfproto ipv4 tcp dport 8080 dnat ip to 10.77.0.2:80 comment "any/4/tcp/8080"',
+        f'add rule {t} {c} {cond} ip daddr 192.0.2.1 udp dport 8082 dnat ip to 10.77.0.2:5353 comment "ip/192.0.2.1/udp/8082"',
+        f'add rule {t} {c} continue comment "masq/10.77.0.2"',
+        f'add rule {t} {c} meta nfproto ipv6 tcp dport 8080 dnat ip6 to [fd00:77::2]:80 comment "any/6/tcp/8080"',
+        f'add rule {t} {c} ip6 daddr 2001:db8::1 tcp dport 8083 dnat ip6 to [fd00:77::2]:8443 comment "ip/2001:db8::1/tcp/8083"',
+        f'add rule {t} {c} continue comment "masq/fd00:77::2"',
+        f'add chain {t} {m} {{ comment "{p.identity}"; }}',
+        f"add rule {t} {m} ip daddr 10.77.0.2 ip saddr 10.77.0.2 masquerade",
+        f"add rule {t} {m} ip daddr 10.77.0.2 ip saddr 127.0.0.1 masquerade",
+        f"add rule {t} {m} ip6 daddr fd00:77::2 ip6 saddr fd00:77::2 masquerade",
+        f"add element {t} dnat_any {{ ipv4 . tcp . 8080 : jump {c} }}",
+        f"add element {t} dnat_ip4 {{ 192.0.2.1 . udp . 8082 : jump {c} }}",
+        f"add element {t} dnat_any {{ ipv6 . tcp . 8080 : jump {c} }}",
+        f"add element {t} dnat_ip6 {{ 2001:db8::1 . tcp . 8083 : jump {c} }}",
+        f"add element {t} masq4 {{ 10.77.0.2 : jump {m} }}",
+        f"add element {t} masq6 {{ fd00:77::2 : jump {m} }}",
+    ]) + "\n"
+
+
+def _old_plan(cid: str) -> planning.OwnerPlan:
+    cfg = load({
+        "cniVersion": "1.0.0", "name": NET, "type": "portmap", "conditionsV4": ["ip saddr 10.0.0.0/8"],
+        "runtimeConfig": {"portMappings": [
+            {"hostPort": 8080, "containerPort": 80},
+            {"hostPort": 8082, "containerPort": 5353, "protocol": "udp", "hostIP": "192.0.2.1"},
+            {"hostPort": 8083, "containerPort": 8443, "hostIP": "2001:db8::1"},
+        ]},
+    })
+    return planning.plan_owner(NET, cid, cfg, {4: "10.77.0.2", 6: "fd00:77::2"})
+
+
+def _without_handles(objects: list[dict]) -> list[dict]:
+    out = []
+    for obj in objects:
+        [(kind, body)] = obj.items()
+        if kind != "metainfo":
+            out.append({kind: {k: v for k, v in body.items() if k != "handle"}})
+    return out
+
+
+def test_rules_written_as_text_by_the_previous_version_are_the_same_objects(lab):
+    """A node upgraded mid-flight: the JSON writer installs the objects the text writer did, as
+    ``nft -j list`` shows them (that listing carries no table or chain comments, which
+    libnftables 1.0.x also ignores in JSON input), and works on a table the text writer filled."""
+    old = _old_plan("old")
+    lab.run(lab.node, "nft", "-f", "-", input=_old_text_script(old))
+    from_text = _without_handles(listing(lab))
+    lab.run(lab.node, "nft", "delete", "table", names.T)
+    assert apply(lab, planning.skeleton() + planning.fast_add(old)) == ""
+    assert _without_handles(listing(lab)) == from_text
+
+    # on the text-written table: a new container shares a key, the old one is deleted from its config
+    lab.run(lab.node, "nft", "delete", "table", names.T)
+    lab.run(lab.node, "nft", "-f", "-", input=_old_text_script(old))
+    new = plan("new", "10.77.0.9", "fd00:77::9")  # any/4/tcp/8080 and any/6/udp/8081...: 8080 is shared
+    assert apply(lab, planning.fast_add(new)).startswith("17 ")
+    assert apply(lab, slow.rebuild(snapshot(lab), add=new)) == ""
+    assert snapshot(lab).comments[names.bucket_chain("any/4/tcp/8080")] == [old.owner, new.owner]
+    assert apply(lab, planning.config_delete(old)).startswith("17 ")  # shared: the kernel refuses
+    assert apply(lab, slow.rebuild(snapshot(lab), remove=[old.owner])) == ""
+    snap = snapshot(lab)
+    assert snap.owners() == [new.owner] and snap.elements["any/4/tcp/8080"] == names.dnat_chain(new.owner)
+    assert apply(lab, planning.config_delete(new)) == ""
+    assert snapshot(lab).elements == {}
