@@ -7,7 +7,7 @@ none is ever parsed by nft as text.  Accepted, one or more in a row (all must ho
 
     ip saddr|daddr [!=|==] <IPv4 address or prefix, or { set of them }>
     ip6 saddr|daddr [!=|==] <IPv6 address or prefix, or { set of them }>
-    iifname|oifname [!=|==] <interface name, optionally quoted, optionally ending in *>
+    iifname|oifname [!=|==] <interface name, optionally quoted, optionally ending in *, not starting with @>
     meta l4proto [!=|==] <tcp|udp|sctp|icmp|icmpv6|number, or { set }>
     tcp|udp dport|sport [!=|==] <port, port-port, or { set }>
 
@@ -78,11 +78,17 @@ def _address(version: int) -> Callable[[str], Value]:
 
 
 def _ifname(tok: str) -> Value:
-    """The name, unquoted; a trailing ``*`` stays a wildcard as in nft's own syntax."""
+    """The name, unquoted; a trailing ``*`` stays a wildcard as in nft's own syntax.
+
+    A leading ``@`` is refused: libnftables' JSON parser reads any string starting with ``@`` as
+    a reference to a named set, and has no escape for it.
+    """
     name = tok[1:-1] if len(tok) >= 2 and tok[0] == tok[-1] == '"' else tok
     body = name[:-1] if name.endswith("*") else name
     if not body or len(body) > 15 or not set(body) <= _IFNAME_CHARS:
         raise Refused(f"{tok!r} is not an interface name")
+    if name.startswith("@"):
+        raise Refused(f"{tok!r} is not an interface name usable in a match (a leading @ names a set)")
     return name
 
 

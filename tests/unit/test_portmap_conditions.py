@@ -69,6 +69,8 @@ def test_supported_matches_become_json_match_expressions(text, matches):
         ("tcp dport 70000", "'70000' is not a port"),
         ("ip saddr { 10.0.0.1", "malformed set"),
         ('iifname "a b"', "is not an interface name"),
+        ('iifname "@eth0"', "a leading @ names a set"),  # libnftables JSON: a set reference
+        ("oifname { eth0, @x }", "a leading @ names a set"),
         ('iifname "eth0', "unterminated quoted string"),
         ("ip saddr", "a match without a value"),
         ("meta l4proto gre", "'gre' is not a layer 4 protocol"),
