@@ -76,14 +76,12 @@ def populate_ours(n: int) -> None:
     from cnichain.plugins.portmap import plan as planning
     from cnichain.plugins.portmap.config import load
 
-    batch: list[str] = ["\n".join(planning.skeleton()) + "\n"]  # the table, as the first ADD builds it
+    batch: list[dict] = planning.skeleton()  # the table, as the first ADD builds it
     for i in range(n):
         plan = planning.plan_owner(NETWORK, f"other{i}", load(conf(i)), {4: pod_ip(i)})
-        batch.append(planning.fast_add(plan))
-        if len(batch) == 100 or i == n - 1:
-            rc, _out, err = nft.handle().cmd("".join(batch))
-            if rc != 0:
-                raise RuntimeError(err)
+        batch += planning.fast_add(plan)
+        if (i + 1) % 100 == 0 or i == n - 1:
+            nft.apply(batch, "populate portmap")
             batch = []
 
 

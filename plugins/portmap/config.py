@@ -9,6 +9,7 @@ nftables table) we refuse it with an error that names the key.
 from __future__ import annotations
 
 import ipaddress
+import json
 
 from cnichain.common import gojson
 from cnichain.common.errors import CniError, plugin_error
@@ -64,6 +65,8 @@ class PortmapConfig(FrozenRecord):
     )
     snat: bool
     masq_all: bool
+    # libnftables JSON match expressions (see .conditions), each kept JSON-encoded so that the
+    # record stays immutable and hashable; conditions() hands out fresh dicts.
     conditions_v4: tuple[str, ...]
     conditions_v6: tuple[str, ...]
     mark_masq_bit: Optional[int]
@@ -90,8 +93,10 @@ class PortmapConfig(FrozenRecord):
             mappings=mappings,
         )
 
-    def conditions(self, family: int) -> str:
-        return " ".join(self.conditions_v4 if family == 4 else self.conditions_v6)
+    def conditions(self, family: int) -> list[dict]:
+        """The family's condition matches (JSON ``match`` objects), to put in front of each of its
+        DNAT rules."""
+        return [json.loads(m) for m in (self.conditions_v4 if family == 4 else self.conditions_v6)]
 
     @property
     def ignored_keys(self) -> list[str]:
@@ -141,7 +146,7 @@ def _conditions(raw: Optional[list], key: str) -> tuple[str, ...]:
         )
     from .conditions import validated  # ipaddress: only for configs that have conditions
 
-    return validated(tokens, key)
+    return tuple(json.dumps(m, sort_keys=True) for m in validated(tokens, key))
 
 
 def mapping_from(entry: dict) -> PortMapping:

@@ -1,7 +1,8 @@
 """Every kernel effect of portmap: its nftables table, route_localnet and the UDP conntrack flush.
 
-nftables goes through libnftables (one handle per process).  Fast paths are lock-free, single
-transactions guarded by the kernel itself: ``create`` fails with EEXIST when a key is already
+nftables goes through libnftables' JSON API (:mod:`cnichain.common.nft`, one handle per process):
+every change is one list of JSON commands built by :mod:`.plan` or :mod:`.rebuild`, applied as one
+atomic transaction.  Fast paths are lock-free, single transactions guarded by the kernel itself: ``create`` fails with EEXIST when a key is already
 claimed, and deleting a container's chain fails with EBUSY while a shared-key chain still jumps to
 it.  Either way nothing is applied and the slow path runs: under a lock held on the network
 namespace itself (so it serialises exactly the plugins working on this namespace, and needs no
@@ -31,7 +32,7 @@ from .rebuild import Snapshot, rebuild
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
-    from typing import Optional
+    from typing import Callable, Optional
 
     from cnichain.common.types import Result
 
@@ -47,10 +48,9 @@ def _retryable(exc: NftError) -> bool:
     return exc.errno in _RETRYABLE
 
 
-def _run(script: str) -> None:
-    rc, _out, err = nft.handle().cmd(script)
-    if rc != 0:
-        raise NftError("nft", str(err).strip())
+def _apply(commands: list[dict]) -> None:
+    """One transaction: all of ``commands`` or, raising :class:`NftError`, none of them."""
+    nft.apply(commands, "nft")
 
 
 def _list(what: str) -> Optional[list[dict]]:
@@ -100,16 +100,18 @@ def chain_rule_count(name: str) -> Optional[int]:
     return None if objs is None else sum(1 for o in objs if "rule" in o)
 
 
-def _slow(build) -> None:  # build(snapshot) -> script or "" for nothing to do
+def _slow(build: Callable[[Snapshot], list[dict]]) -> None:
+    """Under the namespace lock: list, ``build`` the transaction (empty: nothing to do), apply;
+    again from a fresh listing when a concurrent fast path got in between."""
     last = ""
     with _netns_lock():
         for attempt in range(ATTEMPTS):
             snap = snapshot() or Snapshot()
-            script = build(snap)
-            if not script.strip():
+            commands = build(snap)
+            if not commands:
                 return
             try:
-                _run(script)
+                _apply(commands)
                 return
             except NftError as exc:
                 last = exc.text
@@ -122,7 +124,7 @@ def _slow(build) -> None:  # build(snapshot) -> script or "" for nothing to do
 def install(plan: OwnerPlan) -> None:
     """ADD: one transaction; the slow path when this container or one of its keys exists."""
     try:
-        _run(fast_add(plan))
+        _apply(fast_add(plan))
         return
     except NftError as exc:
         log.debug(f"portmap: fast ADD for {plan.owner} refused ({exc.text.splitlines()[0]}); rebuilding")
@@ -135,7 +137,7 @@ def remove(owner: str, plan: Optional[OwnerPlan] = None) -> None:
     list its chain (small), delete it and its keys in one transaction."""
     if plan is not None:
         try:
-            _run(config_delete(plan))
+            _apply(config_delete(plan))
             return
         except NftError as exc:
             log.debug(f"portmap: DEL from config for {owner} refused ({exc.text.splitlines()[0]}); listing")
@@ -143,16 +145,16 @@ def remove(owner: str, plan: Optional[OwnerPlan] = None) -> None:
     if comments is None:
         return  # never added, or already deleted
     try:
-        _run(fast_delete(owner, comments))
+        _apply(fast_delete(owner, comments))
         return
     except NftError as exc:
         log.debug(f"portmap: fast DEL for {owner} refused ({exc.text.splitlines()[0]}); rebuilding")
     _slow(lambda snap: rebuild(snap, remove=[owner]))
 
 
-def remove_many(select) -> None:
+def remove_many(select: Callable[[Snapshot], list[str]]) -> None:
     """GC: remove every owner ``select(snapshot)`` returns, in one transaction."""
-    _slow(lambda snap: rebuild(snap, remove=select(snap)) if select(snap) else "")
+    _slow(lambda snap: rebuild(snap, remove=select(snap)) if select(snap) else [])
 
 
 # -- host side: route_localnet and conntrack ----------------------------------------------------

@@ -3,7 +3,7 @@
 A container is known by a hash of network name and container ID (its *owner* id), so chain names
 stay short and fixed-length whatever the IDs look like.  A *dispatch key* is a short token kept in
 rule comments (``any/4/tcp/8080``, ``ip/192.0.2.1/udp/53``, ``masq/10.0.0.2``) from which the map
-and element text are derived, and which listing maps back.  Pure: no kernel access.
+and the element's libnftables JSON key are derived, and which listing maps back.  Pure: no kernel access.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ T = f"{FAMILY} {TABLE}"
 TABLE_COMMENT = "cnichain portmap: hostPort DNAT and hairpin masquerade"
 DSTNAT_PRIORITY = -100
 SRCNAT_PRIORITY = 95  # just before srcnat so bridge/ptp masquerade rules cannot pre-empt hairpin
-MAPS = {
-    "dnat_any": "nf_proto . inet_proto . inet_service : verdict",
-    "dnat_ip4": "ipv4_addr . inet_proto . inet_service : verdict",
-    "dnat_ip6": "ipv6_addr . inet_proto . inet_service : verdict",
-    "masq4": "ipv4_addr : verdict",
-    "masq6": "ipv6_addr : verdict",
+MAPS = {  # verdict maps: name -> key types (concatenated when several)
+    "dnat_any": ["nf_proto", "inet_proto", "inet_service"],
+    "dnat_ip4": ["ipv4_addr", "inet_proto", "inet_service"],
+    "dnat_ip6": ["ipv6_addr", "inet_proto", "inet_service"],
+    "masq4": ["ipv4_addr"],
+    "masq6": ["ipv6_addr"],
 }
 ID_PREFIX = "id "
 COMMENT_MAX = 128
@@ -64,7 +64,9 @@ def owner_id(network: str, container_id: str) -> str:
     return _digest("portmap", network, container_id)[:32]
 
 
-def network_tag(network: str) -> str:
+def network_digest(network: str) -> str:
+    """12 hex of a hash of the network name: the first word of every identity comment, by which
+    GC finds one network's containers (not the bridge plugin's unrelated ``network_tag``)."""
     return _digest("network", network)[:12]
 
 
@@ -81,12 +83,12 @@ def bucket_chain(key: str) -> str:
 
 
 def identity_comment(network: str, container_id: str) -> str:
-    return f"{ID_PREFIX}{network_tag(network)} {network}/{container_id}"[:COMMENT_MAX]
+    return f"{ID_PREFIX}{network_digest(network)} {network}/{container_id}"[:COMMENT_MAX]
 
 
 # -- dispatch keys ---------------------------------------------------------------------------
 # A key is a short token kept in rule comments ("any/4/tcp/8080", "ip/192.0.2.1/udp/53",
-# "masq/10.0.0.2"), from which the map and element text are derived.
+# "masq/10.0.0.2"), from which the map and the element's JSON key are derived.
 
 
 def dnat_key(m: PortMapping, family: int) -> str:
@@ -103,15 +105,16 @@ def is_key(comment: str) -> bool:
     return comment.startswith(("any/", "ip/", "masq/"))
 
 
-def key_map(key: str) -> tuple[str, str]:
-    """(map name, element key text) for a key token."""
+def key_map(key: str) -> tuple[str, object]:
+    """(map name, element key as libnftables JSON) for a key token: exactly the form
+    ``nft -j list`` prints, so :func:`key_from_element` reads it back to the same token."""
     kind, rest = key.split("/", 1)
     if kind == "any":
         fam, proto, port = rest.split("/")
-        return "dnat_any", f"ipv{fam} . {proto} . {port}"
+        return "dnat_any", {"concat": [f"ipv{fam}", proto, int(port)]}
     if kind == "ip":
         addr, proto, port = rest.rsplit("/", 2)
-        return ("dnat_ip6" if ":" in addr else "dnat_ip4"), f"{addr} . {proto} . {port}"
+        return ("dnat_ip6" if ":" in addr else "dnat_ip4"), {"concat": [addr, proto, int(port)]}
     if kind == "masq":
         return ("masq6" if ":" in rest else "masq4"), rest
     raise ValueError(f"not a dispatch key: {key}")

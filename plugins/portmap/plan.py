@@ -1,7 +1,7 @@
-"""What portmap programs, as pure text planning (no kernel access here): one container's plan
-and the fast-path transactions built from it.
+"""What portmap programs, as pure planning (no kernel access here): one container's plan and the
+fast-path transactions built from it, as lists of libnftables JSON commands (:mod:`.commands`).
 
-One ``inet`` table holds everything::
+One ``inet`` table holds everything (shown in nft's text syntax for brevity)::
 
     prerouting/output (nat, dstnat)  fib daddr type local jump hostports
     hostports     ip daddr . l4proto . dport vmap @dnat_ip4     (hostIP mappings first)
@@ -19,6 +19,10 @@ one map lookup whatever the number of pods, and ADD and DEL touch only the owner
 elements, never listing other pods' rules.  ``fib daddr type local`` keeps traffic to addresses
 that are not the node's own untouched (the reference's PR #1210 bug).
 
+Each transaction is one command list, applied atomically by :func:`cnichain.common.nft.apply`.
+The objects are those the earlier text scripts created (same names, types, priorities, rule
+expressions and comments), so a node upgraded mid-flight keeps working on its existing rules.
+
 DEL normally needs no listing at all.  When the runtime resends the mappings and prevResult of
 ADD (libcni does), :func:`config_delete` removes the container's keys and chains in one
 transaction that first (re)asserts exactly what ADD installed -- ``add`` of each chain and each
@@ -33,12 +37,12 @@ from __future__ import annotations
 
 from cnichain.common.record import Record
 
+from . import commands as nft
 from .names import (
     DSTNAT_PRIORITY,
     MAPS,
     SRCNAT_PRIORITY,
     TABLE_COMMENT,
-    T,
     dnat_chain,
     dnat_key,
     identity_comment,
@@ -59,13 +63,17 @@ if TYPE_CHECKING:  # annotations only: typing costs milliseconds per exec
 
 
 class OwnerPlan(Record):
-    """What one container needs: its chains' rules and the keys dispatching to them."""
+    """What one container needs: its chains' rules and the keys dispatching to them.
+
+    A rule is the body of a libnftables JSON ``rule`` object without its location:
+    ``{"expr": [...]}``, plus ``"comment"`` when it has one (a DNAT rule's dispatch key).
+    """
 
     __slots__ = _fields = ("owner", "identity", "dnat_rules", "masq_rules", "dnat_keys", "masq_keys")
     owner: str
     identity: str
-    dnat_rules: list[str]  # rule bodies for c-<owner>
-    masq_rules: list[str]  # rule bodies for m-<owner>
+    dnat_rules: list[dict]  # rule bodies for c-<owner>
+    masq_rules: list[dict]  # rule bodies for m-<owner>
     dnat_keys: list[str]
     masq_keys: list[str]
 
@@ -73,8 +81,8 @@ class OwnerPlan(Record):
         self,
         owner: str,
         identity: str,
-        dnat_rules: Optional[list[str]] = None,
-        masq_rules: Optional[list[str]] = None,
+        dnat_rules: Optional[list[dict]] = None,
+        masq_rules: Optional[list[dict]] = None,
         dnat_keys: Optional[list[str]] = None,
         masq_keys: Optional[list[str]] = None,
     ) -> None:
@@ -90,8 +98,13 @@ class OwnerPlan(Record):
         return not self.dnat_keys
 
 
-def _addr_match(family: int, field_: str, addr: str) -> str:
-    return f"{'ip' if family == 4 else 'ip6'} {field_} {addr}"
+def _addr_match(family: int, field_: str, addr: str) -> dict:
+    return nft.match(nft.payload("ip" if family == 4 else "ip6", field_), addr)
+
+
+def _marker(comment: str) -> dict:
+    """A ``continue`` rule that only carries a comment: the identity, or a masquerade key for DEL."""
+    return {"expr": [nft.CONTINUE], "comment": comment}
 
 
 def plan_owner(
@@ -99,7 +112,7 @@ def plan_owner(
 ) -> OwnerPlan:
     """The rules for one container: per family with a container IP, every mapping of that family."""
     plan = OwnerPlan(owner_id(network, container_id), identity_comment(network, container_id))
-    plan.dnat_rules.append(f'continue comment "{plan.identity}"')
+    plan.dnat_rules.append(_marker(plan.identity))
     for family in (4, 6):
         cip = ips.get(family)
         if not cip:
@@ -113,52 +126,58 @@ def plan_owner(
             if key.startswith("ip/"):
                 match = _addr_match(family, "daddr", m.host_ip)
             else:
-                match = f"meta nfproto ipv{family}"
-            target = f"{cip}:{m.container_port}" if family == 4 else f"[{cip}]:{m.container_port}"
-            nat = "ip" if family == 4 else "ip6"
-            body = f"{match} {m.protocol} dport {m.host_port}"
-            if cond:
-                body = f"{cond} {body}"
-            plan.dnat_rules.append(f'{body} dnat {nat} to {target} comment "{key}"')
+                match = nft.match(nft.meta("nfproto"), f"ipv{family}")
+            expr = cond + [
+                match,
+                nft.match(nft.payload(m.protocol, "dport"), m.host_port),
+                nft.dnat(family, cip, m.container_port),
+            ]
+            plan.dnat_rules.append({"expr": expr, "comment": key})
             if key not in plan.dnat_keys:
                 plan.dnat_keys.append(key)
             mapped = True
         if mapped and cfg.snat:
             key = masq_key(cip)
             plan.masq_keys.append(key)
-            plan.dnat_rules.append(f'continue comment "{key}"')  # index entry for DEL
+            plan.dnat_rules.append(_marker(key))  # index entry for DEL
             dst = _addr_match(family, "daddr", cip)
             if cfg.masq_all:
-                plan.masq_rules.append(f"{dst} masquerade")
+                plan.masq_rules.append({"expr": [dst, nft.MASQUERADE]})
             else:
-                plan.masq_rules.append(f"{dst} {_addr_match(family, 'saddr', cip)} masquerade")
+                plan.masq_rules.append({"expr": [dst, _addr_match(family, "saddr", cip), nft.MASQUERADE]})
                 if family == 4:
-                    plan.masq_rules.append(f"{dst} ip saddr 127.0.0.1 masquerade")
+                    plan.masq_rules.append({"expr": [dst, _addr_match(4, "saddr", "127.0.0.1"), nft.MASQUERADE]})
     return plan
+
+
+def rule_comments(rules: list[dict]) -> list[str]:
+    """The comments of planned rules, as listing the chain would return them."""
+    return [str(r.get("comment", "")) for r in rules]
 
 
 # -- transactions ----------------------------------------------------------------------------
 
 
-def skeleton() -> list[str]:
+def skeleton() -> list[dict]:
     """The shared table, maps and base chains, rebuilt idempotently by every slow-path change."""
-    out = [f'add table {T} {{ comment "{TABLE_COMMENT}"; }}']
-    out += [f"add map {T} {name} {{ type {typ}; }}" for name, typ in MAPS.items()]
+    out = [nft.table(TABLE_COMMENT)]
+    out += [nft.verdict_map(name, types) for name, types in MAPS.items()]
     out += [
-        f"add chain {T} prerouting {{ type nat hook prerouting priority {DSTNAT_PRIORITY}; policy accept; }}",
-        f"add chain {T} output {{ type nat hook output priority {DSTNAT_PRIORITY}; policy accept; }}",
-        f"add chain {T} postrouting {{ type nat hook postrouting priority {SRCNAT_PRIORITY}; policy accept; }}",
-        f"add chain {T} hostports",
+        nft.base_chain("prerouting", "prerouting", DSTNAT_PRIORITY),
+        nft.base_chain("output", "output", DSTNAT_PRIORITY),
+        nft.base_chain("postrouting", "postrouting", SRCNAT_PRIORITY),
+        nft.chain("hostports"),
     ]
-    out += [f"flush chain {T} {c}" for c in ("prerouting", "output", "hostports", "postrouting")]
+    out += [nft.flush_chain(c) for c in ("prerouting", "output", "hostports", "postrouting")]
+    l4proto, dport = nft.meta("l4proto"), nft.payload("th", "dport")
     out += [
-        f"add rule {T} prerouting fib daddr type local jump hostports",
-        f"add rule {T} output fib daddr type local jump hostports",
-        f"add rule {T} hostports ip daddr . meta l4proto . th dport vmap @dnat_ip4",
-        f"add rule {T} hostports ip6 daddr . meta l4proto . th dport vmap @dnat_ip6",
-        f"add rule {T} hostports meta nfproto . meta l4proto . th dport vmap @dnat_any",
-        f"add rule {T} postrouting ct status dnat ip daddr vmap @masq4",
-        f"add rule {T} postrouting ct status dnat ip6 daddr vmap @masq6",
+        nft.rule("prerouting", [nft.fib_daddr_local(), nft.jump("hostports")]),
+        nft.rule("output", [nft.fib_daddr_local(), nft.jump("hostports")]),
+        nft.rule("hostports", [nft.vmap([nft.payload("ip", "daddr"), l4proto, dport], "dnat_ip4")]),
+        nft.rule("hostports", [nft.vmap([nft.payload("ip6", "daddr"), l4proto, dport], "dnat_ip6")]),
+        nft.rule("hostports", [nft.vmap([nft.meta("nfproto"), l4proto, dport], "dnat_any")]),
+        nft.rule("postrouting", [nft.ct_status_dnat(), nft.vmap([nft.payload("ip", "daddr")], "masq4")]),
+        nft.rule("postrouting", [nft.ct_status_dnat(), nft.vmap([nft.payload("ip6", "daddr")], "masq6")]),
     ]
     return out
 
@@ -167,25 +186,25 @@ def skeleton() -> list[str]:
 SKELETON_RULES = {"prerouting": 1, "output": 1, "hostports": 3, "postrouting": 2}
 
 
-def owner_chains(plan: OwnerPlan, create: bool) -> list[str]:
+def owner_chains(plan: OwnerPlan, create: bool) -> list[dict]:
+    """The container's chains (``create``: EEXIST when present) and their rules."""
     verb = "create" if create else "add"
     c, m = dnat_chain(plan.owner), masq_chain(plan.owner)
-    out = [f'{verb} chain {T} {c} {{ comment "{plan.identity}"; }}']
-    out += [f"add rule {T} {c} {r}" for r in plan.dnat_rules]
+    out = [nft.chain(c, verb, plan.identity)]
+    out += [nft.rule(c, **r) for r in plan.dnat_rules]
     if plan.masq_rules:
-        out.append(f'{verb} chain {T} {m} {{ comment "{plan.identity}"; }}')
-        out += [f"add rule {T} {m} {r}" for r in plan.masq_rules]
+        out.append(nft.chain(m, verb, plan.identity))
+        out += [nft.rule(m, **r) for r in plan.masq_rules]
     return out
 
 
-def element(key: str, target: str, verb: str = "add") -> str:
-    name, text = key_map(key)
-    if verb == "delete":
-        return f"delete element {T} {name} {{ {text} }}"
-    return f"{verb} element {T} {name} {{ {text} : jump {target} }}"
+def element(key: str, target: str = "", verb: str = "add") -> dict:
+    """The map element of dispatch ``key``: ``add``/``create`` jumping to ``target``, or ``delete``."""
+    name, elem_key = key_map(key)
+    return nft.element(name, elem_key, target, verb)
 
 
-def fast_add(plan: OwnerPlan) -> str:
+def fast_add(plan: OwnerPlan) -> list[dict]:
     """ADD assuming the table exists, this container is new and its keys are free.
 
     Only this container's chains and elements: re-declaring chains that already exist (the base
@@ -198,29 +217,29 @@ def fast_add(plan: OwnerPlan) -> str:
     out = owner_chains(plan, create=True)
     out += [element(k, dnat_chain(plan.owner), "create") for k in plan.dnat_keys]
     out += [element(k, masq_chain(plan.owner), "create") for k in plan.masq_keys]
-    return "\n".join(out) + "\n"
+    return out
 
 
-def config_delete(plan: OwnerPlan) -> str:
+def config_delete(plan: OwnerPlan) -> list[dict]:
     """DEL from the config alone, without listing: succeeds only if ``plan``'s keys are exactly
     the container's (see the module docstring); otherwise the kernel voids it and nothing changed."""
     c, m = dnat_chain(plan.owner), masq_chain(plan.owner)
-    out = [f"add chain {T} {c}", f"add chain {T} {m}"]  # the masquerade chain whatever snat says now
+    out = [nft.chain(c), nft.chain(m)]  # the masquerade chain whatever snat says now
     out += [element(k, c) for k in plan.dnat_keys] + [element(k, m) for k in plan.masq_keys]
-    out += [element(k, "", "delete") for k in plan.dnat_keys + plan.masq_keys]
-    out += [f"flush chain {T} {c}", f"delete chain {T} {c}", f"flush chain {T} {m}", f"delete chain {T} {m}"]
-    return "\n".join(out) + "\n"
+    out += [element(k, verb="delete") for k in plan.dnat_keys + plan.masq_keys]
+    out += [nft.flush_chain(c), nft.delete_chain(c), nft.flush_chain(m), nft.delete_chain(m)]
+    return out
 
 
-def fast_delete(owner: str, comments: list[str]) -> str:
+def fast_delete(owner: str, comments: list[str]) -> list[dict]:
     """DEL assuming every key of this container dispatches straight to it.
 
     If a key is shared (its element jumps to a ``b-`` chain that still jumps here), deleting
     the chain fails with EBUSY and the whole transaction is void: the caller takes the slow path.
     """
     dnat, masq = keys_of_rules(comments)
-    out = [element(k, "", "delete") for k in dnat + masq]
-    out += [f"flush chain {T} {dnat_chain(owner)}", f"delete chain {T} {dnat_chain(owner)}"]
+    out = [element(k, verb="delete") for k in dnat + masq]
+    out += [nft.flush_chain(dnat_chain(owner)), nft.delete_chain(dnat_chain(owner))]
     if masq:
-        out += [f"flush chain {T} {masq_chain(owner)}", f"delete chain {T} {masq_chain(owner)}"]
-    return "\n".join(out) + "\n"
+        out += [nft.flush_chain(masq_chain(owner)), nft.delete_chain(masq_chain(owner))]
+    return out

@@ -4,22 +4,23 @@ Used when the fast path was refused (a key shared with another container, a re-A
 does not exist yet) and by GC.  The invariant it restores, whatever happened before: every key
 dispatches to exactly its live claimants, oldest first -- straight to the owner's chain when there
 is one claimant, through a ``b-<key>`` chain jumping to each when there are several.  Pure: it
-returns the nft script; :mod:`.kernel` runs it under the namespace lock.
+returns one transaction as a list of libnftables JSON commands (:mod:`.commands`); :mod:`.kernel`
+applies it under the namespace lock.
 """
 
 from __future__ import annotations
 
 from cnichain.common.record import Record
 
+from . import commands as nft
 from .names import (
     ID_PREFIX,
-    T,
     bucket_chain,
     dnat_chain,
     key_from_element,
     keys_of_rules,
     masq_chain,
-    network_tag,
+    network_digest,
     owner_id,
 )
 from .plan import owner_chains, element, skeleton
@@ -86,7 +87,7 @@ class Snapshot(Record):
         return keys_of_rules(self.comments.get(dnat_chain(owner), []))
 
 
-def rebuild(snap: Snapshot, remove: Iterable[str] = (), add: Optional[OwnerPlan] = None) -> str:
+def rebuild(snap: Snapshot, remove: Iterable[str] = (), add: Optional[OwnerPlan] = None) -> list[dict]:
     """One transaction that removes owners ``remove``, (re)installs ``add`` and leaves every key
     those owners touch dispatching to exactly the remaining claimants, oldest first.
 
@@ -94,18 +95,18 @@ def rebuild(snap: Snapshot, remove: Iterable[str] = (), add: Optional[OwnerPlan]
     jumps to it any more, which the earlier commands of the same transaction ensure.
     """
     remove = [o for o in remove if dnat_chain(o) in snap.chains and (add is None or o != add.owner)]
-    out: list[str] = skeleton() if add is not None else []
+    out: list[dict] = skeleton() if add is not None else []
     affected = _affected_keys(snap, remove, add)
     if add is not None:
         out += _reinstall(snap, add)
     claimants = _claimants(snap, affected, remove, add)
-    late: list[str] = []
+    late: list[dict] = []
     for key in affected:
         now, later = _dispatch(snap, key, claimants[key])
         out += now
         late += later
     late += _drop_owner_chains(snap, remove, add)
-    return "\n".join(out + late) + "\n"
+    return out + late
 
 
 def _affected_keys(snap: Snapshot, remove: list[str], add: Optional[OwnerPlan]) -> list[str]:
@@ -122,13 +123,13 @@ def _affected_keys(snap: Snapshot, remove: list[str], add: Optional[OwnerPlan]) 
     return affected
 
 
-def _reinstall(snap: Snapshot, add: OwnerPlan) -> list[str]:
+def _reinstall(snap: Snapshot, add: OwnerPlan) -> list[dict]:
     """The added owner's chains, emptied first when they exist (a re-ADD), then filled."""
     out = []
     if dnat_chain(add.owner) in snap.chains:
-        out.append(f"flush chain {T} {dnat_chain(add.owner)}")
+        out.append(nft.flush_chain(dnat_chain(add.owner)))
     if masq_chain(add.owner) in snap.chains:
-        out.append(f"flush chain {T} {masq_chain(add.owner)}")
+        out.append(nft.flush_chain(masq_chain(add.owner)))
     return out + owner_chains(add, create=False)
 
 
@@ -161,43 +162,43 @@ def _claimants(
     return claimants
 
 
-def _dispatch(snap: Snapshot, key: str, owners: list[str]) -> tuple[list[str], list[str]]:
+def _dispatch(snap: Snapshot, key: str, owners: list[str]) -> tuple[list[dict], list[dict]]:
     """(commands now, chain deletions last) that make ``key`` dispatch to ``owners``."""
     chain_of = masq_chain if key.startswith("masq/") else dnat_chain
     bucket = bucket_chain(key)
-    out: list[str] = []
-    late: list[str] = []
+    out: list[dict] = []
+    late: list[dict] = []
     if len(owners) >= 2:
-        out.append(f"{'flush' if bucket in snap.chains else 'add'} chain {T} {bucket}")
-        out += [f'add rule {T} {bucket} jump {chain_of(o)} comment "{o}"' for o in owners]
+        out.append(nft.flush_chain(bucket) if bucket in snap.chains else nft.chain(bucket))
+        out += [nft.rule(bucket, [nft.jump(chain_of(o))], o) for o in owners]
         target = bucket
     else:
         target = chain_of(owners[0]) if owners else ""
         if bucket in snap.chains:
-            late += [f"flush chain {T} {bucket}", f"delete chain {T} {bucket}"]
+            late += [nft.flush_chain(bucket), nft.delete_chain(bucket)]
     current = snap.elements.get(key)
     if current != target:
         if current is not None:
-            out.append(element(key, "", "delete"))
+            out.append(element(key, verb="delete"))
         if target:
             out.append(element(key, target, "create"))
     return out, late
 
 
-def _drop_owner_chains(snap: Snapshot, remove: list[str], add: Optional[OwnerPlan]) -> list[str]:
+def _drop_owner_chains(snap: Snapshot, remove: list[str], add: Optional[OwnerPlan]) -> list[dict]:
     """Deletion of the removed owners' chains, and of a re-added owner's now unused masq chain."""
-    late: list[str] = []
+    late: list[dict] = []
     for o in remove:
         for ch in (dnat_chain(o), masq_chain(o)):
             if ch in snap.chains:
-                late += [f"flush chain {T} {ch}", f"delete chain {T} {ch}"]
+                late += [nft.flush_chain(ch), nft.delete_chain(ch)]
     if add is not None and not add.masq_rules and masq_chain(add.owner) in snap.chains:
-        late.append(f"delete chain {T} {masq_chain(add.owner)}")
+        late.append(nft.delete_chain(masq_chain(add.owner)))
     return late
 
 
 def stale_owners(snap: Snapshot, network: str, valid_container_ids: Iterable[str]) -> list[str]:
     """GC: owners of ``network`` whose container is not among the valid attachments."""
-    tag = f"{ID_PREFIX}{network_tag(network)} "
+    tag = f"{ID_PREFIX}{network_digest(network)} "
     keep = {owner_id(network, cid) for cid in valid_container_ids}
     return [o for o in snap.owners() if snap.identity(o).startswith(tag) and o not in keep]

@@ -9,6 +9,9 @@ from cnichain.plugins.portmap import names, plan as planning, rebuild as slow
 from cnichain.plugins.portmap.config import PortMapping, container_ips, load
 from cnichain.plugins.portmap.plugin import PLUGIN
 from tests.helpers import dispatch
+from tests.portmap_json import briefs, jump_targets, rules
+
+T = names.TABLE
 
 PREV = {
     "cniVersion": "1.0.0",
@@ -115,8 +118,8 @@ def test_mark_keys_are_accepted():
 
 def test_nft_conditions_are_kept():
     cfg = load(conf(conditionsV4=["ip", "saddr", "!=", "10.0.0.1"], conditionsV6=["ip6 saddr fd00::/8"]))
-    assert cfg.conditions(4) == "ip saddr != 10.0.0.1"
-    assert cfg.conditions(6) == "ip6 saddr fd00::/8"
+    assert cfg.conditions(4) == [_match(_pl("ip", "saddr"), "10.0.0.1", "!=")]
+    assert cfg.conditions(6) == [_match(_pl("ip6", "saddr"), {"prefix": {"addr": "fd00::", "len": 8}})]
 
 
 def test_container_ips_follow_the_reference_choice():
@@ -129,6 +132,21 @@ def test_container_ips_follow_the_reference_choice():
 
 
 # -- planner -----------------------------------------------------------------------------------
+
+
+def _pl(protocol, field_):
+    return {"payload": {"protocol": protocol, "field": field_}}
+
+
+def _match(left, right, op="=="):
+    return {"match": {"op": op, "left": left, "right": right}}
+
+
+def _nfproto(family):
+    return _match({"meta": {"key": "nfproto"}}, f"ipv{family}")
+
+
+MASQ = {"masquerade": None}
 
 
 def _plan(cid="c1", ips=None, **extra):
@@ -144,26 +162,46 @@ def test_plan_rules_per_family_and_host_ip():
     ))
     assert plan.dnat_keys == ["any/4/tcp/8080", "ip/192.0.2.1/udp/53", "any/6/tcp/8080", "any/6/tcp/443"]
     assert plan.masq_keys == ["masq/10.1.0.5", "masq/fd00::5"]
-    rules = "\n".join(plan.dnat_rules)
-    assert 'meta nfproto ipv4 tcp dport 8080 dnat ip to 10.1.0.5:80 comment "any/4/tcp/8080"' in rules
-    assert 'ip daddr 192.0.2.1 udp dport 53 dnat ip to 10.1.0.5:5353 comment "ip/192.0.2.1/udp/53"' in rules
-    assert 'meta nfproto ipv6 tcp dport 443 dnat ip6 to [fd00::5]:443' in rules
+    assert plan.dnat_rules == [
+        {"expr": [{"continue": None}], "comment": plan.identity},
+        {"expr": [_nfproto(4), _match(_pl("tcp", "dport"), 8080), {"dnat": {"family": "ip", "addr": "10.1.0.5", "port": 80}}],
+         "comment": "any/4/tcp/8080"},
+        {"expr": [_match(_pl("ip", "daddr"), "192.0.2.1"), _match(_pl("udp", "dport"), 53),
+                  {"dnat": {"family": "ip", "addr": "10.1.0.5", "port": 5353}}],
+         "comment": "ip/192.0.2.1/udp/53"},
+        {"expr": [{"continue": None}], "comment": "masq/10.1.0.5"},
+        {"expr": [_nfproto(6), _match(_pl("tcp", "dport"), 8080), {"dnat": {"family": "ip6", "addr": "fd00::5", "port": 80}}],
+         "comment": "any/6/tcp/8080"},
+        {"expr": [_nfproto(6), _match(_pl("tcp", "dport"), 443), {"dnat": {"family": "ip6", "addr": "fd00::5", "port": 443}}],
+         "comment": "any/6/tcp/443"},
+        {"expr": [{"continue": None}], "comment": "masq/fd00::5"},
+    ]
     assert plan.masq_rules == [
-        "ip daddr 10.1.0.5 ip saddr 10.1.0.5 masquerade",
-        "ip daddr 10.1.0.5 ip saddr 127.0.0.1 masquerade",
-        "ip6 daddr fd00::5 ip6 saddr fd00::5 masquerade",
+        {"expr": [_match(_pl("ip", "daddr"), "10.1.0.5"), _match(_pl("ip", "saddr"), "10.1.0.5"), MASQ]},
+        {"expr": [_match(_pl("ip", "daddr"), "10.1.0.5"), _match(_pl("ip", "saddr"), "127.0.0.1"), MASQ]},
+        {"expr": [_match(_pl("ip6", "daddr"), "fd00::5"), _match(_pl("ip6", "saddr"), "fd00::5"), MASQ]},
     ]
 
 
 def test_plan_snat_off_and_masq_all():
     m = maps({"hostPort": 8080, "containerPort": 80})
     assert _plan(snat=False, **m).masq_rules == [] and _plan(snat=False, **m).masq_keys == []
-    assert _plan(masqAll=True, **m).masq_rules == ["ip daddr 10.1.0.5 masquerade", "ip6 daddr fd00::5 masquerade"]
+    assert _plan(masqAll=True, **m).masq_rules == [
+        {"expr": [_match(_pl("ip", "daddr"), "10.1.0.5"), MASQ]},
+        {"expr": [_match(_pl("ip6", "daddr"), "fd00::5"), MASQ]},
+    ]
 
 
 def test_plan_conditions_prefix_each_rule():
-    plan = _plan(conditionsV4=["iifname", '"eth1"'], **maps({"hostPort": 8080, "containerPort": 80}), ips={4: "10.1.0.5"})
-    assert 'iifname "eth1" meta nfproto ipv4 tcp dport 8080 dnat' in plan.dnat_rules[1]
+    plan = _plan(conditionsV4=["iifname", '"eth1"'], conditionsV6=["ip6 saddr fd00::/8"],
+                 **maps({"hostPort": 8080, "containerPort": 80}, {"hostPort": 53, "containerPort": 53, "protocol": "udp"}))
+    iifname = _match({"meta": {"key": "iifname"}}, "eth1")
+    ip6_saddr = _match(_pl("ip6", "saddr"), {"prefix": {"addr": "fd00::", "len": 8}})
+    dnat = {r["comment"]: r["expr"] for r in plan.dnat_rules if "dnat" in r["expr"][-1]}
+    assert dnat["any/4/tcp/8080"][:3] == [iifname, _nfproto(4), _match(_pl("tcp", "dport"), 8080)]
+    assert dnat["any/4/udp/53"][:2] == [iifname, _nfproto(4)]
+    assert dnat["any/6/tcp/8080"][:2] == [ip6_saddr, _nfproto(6)]
+    assert dnat["any/6/udp/53"][:2] == [ip6_saddr, _nfproto(6)]
 
 
 def test_owner_names_are_stable_and_distinct():
@@ -173,8 +211,11 @@ def test_owner_names_are_stable_and_distinct():
 
 
 def test_key_round_trip():
-    assert names.key_map("any/6/udp/53") == ("dnat_any", "ipv6 . udp . 53")
-    assert names.key_map("ip/2001:db8::1/tcp/80") == ("dnat_ip6", "2001:db8::1 . tcp . 80")
+    assert names.key_map("any/6/udp/53") == ("dnat_any", {"concat": ["ipv6", "udp", 53]})
+    assert names.key_map("ip/2001:db8::1/tcp/80") == ("dnat_ip6", {"concat": ["2001:db8::1", "tcp", 80]})
+    assert names.key_map("masq/fd00::5") == ("masq6", "fd00::5")
+    for key in ("any/4/tcp/8080", "ip/192.0.2.1/udp/53", "ip/2001:db8::1/tcp/80", "masq/10.1.0.5", "masq/fd00::5"):
+        assert names.key_from_element(*names.key_map(key)) == key
     assert names.key_from_element("dnat_any", {"concat": ["ipv6", "udp", 53]}) == "any/6/udp/53"
     assert names.key_from_element("dnat_ip6", {"concat": ["2001:db8::1", "tcp", 80]}) == "ip/2001:db8::1/tcp/80"
     assert names.key_from_element("masq4", "10.1.0.5") == "masq/10.1.0.5"
@@ -182,10 +223,51 @@ def test_key_round_trip():
 
 def test_fast_delete_removes_only_own_keys():
     plan = _plan(**maps({"hostPort": 8080, "containerPort": 80}), ips={4: "10.1.0.5"})
-    script = planning.fast_delete(plan.owner, [c.rsplit('comment "', 1)[1][:-1] for c in plan.dnat_rules])
-    assert "delete element inet cnichain_portmap dnat_any { ipv4 . tcp . 8080 }" in script
-    assert "delete element inet cnichain_portmap masq4 { 10.1.0.5 }" in script
-    assert f"delete chain inet cnichain_portmap c-{plan.owner}" in script
+    commands = planning.fast_delete(plan.owner, planning.rule_comments(plan.dnat_rules))
+    assert briefs(commands) == [
+        ("delete", "element", "dnat_any", "any/4/tcp/8080", None),
+        ("delete", "element", "masq4", "masq/10.1.0.5", None),
+        ("flush", "chain", f"c-{plan.owner}"),
+        ("delete", "chain", f"c-{plan.owner}"),
+        ("flush", "chain", f"m-{plan.owner}"),
+        ("delete", "chain", f"m-{plan.owner}"),
+    ]
+
+
+def test_fast_add_creates_only_this_containers_objects():
+    plan = _plan(**maps({"hostPort": 8080, "containerPort": 80}), ips={4: "10.1.0.5"})
+    c, m = f"c-{plan.owner}", f"m-{plan.owner}"
+    assert briefs(planning.fast_add(plan)) == [
+        ("create", "chain", c),
+        ("add", "rule", c, plan.identity),
+        ("add", "rule", c, "any/4/tcp/8080"),
+        ("add", "rule", c, "masq/10.1.0.5"),
+        ("create", "chain", m),
+        ("add", "rule", m, None),
+        ("add", "rule", m, None),
+        ("create", "element", "dnat_any", "any/4/tcp/8080", c),
+        ("create", "element", "masq4", "masq/10.1.0.5", m),
+    ]
+
+
+def test_skeleton_declares_the_shared_layout():
+    commands = planning.skeleton()
+    assert briefs(commands)[:10] == [
+        ("add", "table"), *[("add", "map", n) for n in names.MAPS],
+        ("add", "chain", "prerouting"), ("add", "chain", "output"), ("add", "chain", "postrouting"),
+        ("add", "chain", "hostports"),
+    ]
+    hooks = {c["add"]["chain"]["name"]: (c["add"]["chain"].get("hook"), c["add"]["chain"].get("prio"))
+             for c in commands if "chain" in c.get("add", {})}
+    assert hooks == {"prerouting": ("prerouting", -100), "output": ("output", -100),
+                     "postrouting": ("postrouting", 95), "hostports": (None, None)}
+    types = {c["add"]["map"]["name"]: c["add"]["map"]["type"] for c in commands if "map" in c.get("add", {})}
+    assert types["dnat_any"] == ["nf_proto", "inet_proto", "inet_service"] and types["masq6"] == "ipv6_addr"
+    for chain, count in planning.SKELETON_RULES.items():
+        assert len(rules(commands, chain)) == count
+    vmaps = [r["expr"][-1]["vmap"]["data"] for r in rules(commands, "hostports") + rules(commands, "postrouting")]
+    assert vmaps == ["@dnat_ip4", "@dnat_ip6", "@dnat_any", "@masq4", "@masq6"]
+    assert [jump_targets(r) for r in rules(commands, "prerouting") + rules(commands, "output")] == [["hostports"]] * 2
 
 
 def _snapshot_with(*plans):
@@ -193,7 +275,7 @@ def _snapshot_with(*plans):
     snap = slow.Snapshot()
     handle = 10
     for p in plans:
-        for chain, comments in ((names.dnat_chain(p.owner), [r.rsplit('comment "', 1)[1][:-1] for r in p.dnat_rules]),
+        for chain, comments in ((names.dnat_chain(p.owner), planning.rule_comments(p.dnat_rules)),
                                 (names.masq_chain(p.owner), [])):
             snap.chains[chain] = handle
             snap.comments[chain] = comments
@@ -209,26 +291,27 @@ def test_rebuild_shares_a_key_and_unshares_it_on_delete():
     m = maps({"hostPort": 8080, "containerPort": 80})
     a, b = _plan("a", {4: "10.1.0.5"}, **m), _plan("b", {4: "10.1.0.6"}, **m)
     snap = _snapshot_with(a)
-    script = slow.rebuild(snap, add=b)
+    commands = slow.rebuild(snap, add=b)
     bucket = names.bucket_chain("any/4/tcp/8080")
-    assert f"add chain inet cnichain_portmap {bucket}" in script
-    lines = script.splitlines()
-    jumps = [line for line in lines if line.startswith(f"add rule inet cnichain_portmap {bucket}")]
-    assert [j.split("jump ")[1].split()[0] for j in jumps] == [f"c-{a.owner}", f"c-{b.owner}"]  # oldest first
-    assert "delete element inet cnichain_portmap dnat_any { ipv4 . tcp . 8080 }" in lines
-    assert f"create element inet cnichain_portmap dnat_any {{ ipv4 . tcp . 8080 : jump {bucket} }}" in lines
+    lines = briefs(commands)
+    assert ("add", "chain", bucket) in lines
+    jumps = rules(commands, bucket)
+    assert [jump_targets(j) for j in jumps] == [[f"c-{a.owner}"], [f"c-{b.owner}"]]  # oldest first
+    assert [j["comment"] for j in jumps] == [a.owner, b.owner]
+    assert ("delete", "element", "dnat_any", "any/4/tcp/8080", None) in lines
+    assert ("create", "element", "dnat_any", "any/4/tcp/8080", bucket) in lines
     # b's masquerade key is its own IP: straight to its chain
-    assert f"create element inet cnichain_portmap masq4 {{ 10.1.0.6 : jump m-{b.owner} }}" in lines
+    assert ("create", "element", "masq4", "masq/10.1.0.6", f"m-{b.owner}") in lines
 
     # now both are installed with the bucket; deleting a hands the key to b alone
     snap2 = _snapshot_with(a, b)
     snap2.elements["any/4/tcp/8080"] = bucket
     snap2.chains[bucket] = 99
-    script = slow.rebuild(snap2, remove=[a.owner]).splitlines()
-    assert f"create element inet cnichain_portmap dnat_any {{ ipv4 . tcp . 8080 : jump c-{b.owner} }}" in script
-    assert f"delete chain inet cnichain_portmap {bucket}" in script
-    assert f"delete chain inet cnichain_portmap c-{a.owner}" in script
-    assert not any(f"c-{b.owner}" in line and line.startswith(("flush", "delete chain")) for line in script)
+    lines = briefs(slow.rebuild(snap2, remove=[a.owner]))
+    assert ("create", "element", "dnat_any", "any/4/tcp/8080", f"c-{b.owner}") in lines
+    assert ("delete", "chain", bucket) in lines
+    assert ("delete", "chain", f"c-{a.owner}") in lines
+    assert not any(line[1] == "chain" and line[0] in ("flush", "delete") and line[2] == f"c-{b.owner}" for line in lines)
 
 
 def test_rebuild_shared_ip_keeps_the_other_owners_masquerade():
@@ -238,10 +321,10 @@ def test_rebuild_shared_ip_keeps_the_other_owners_masquerade():
     snap = _snapshot_with(a, b)
     snap.elements["masq/10.1.0.5"] = names.bucket_chain("masq/10.1.0.5")
     snap.chains[names.bucket_chain("masq/10.1.0.5")] = 99
-    script = slow.rebuild(snap, remove=[b.owner]).splitlines()
-    assert f"create element inet cnichain_portmap masq4 {{ 10.1.0.5 : jump m-{a.owner} }}" in script
-    assert "delete element inet cnichain_portmap dnat_any { ipv4 . tcp . 9090 }" in script
-    assert not any("tcp . 8080" in line for line in script)
+    lines = briefs(slow.rebuild(snap, remove=[b.owner]))
+    assert ("create", "element", "masq4", "masq/10.1.0.5", f"m-{a.owner}") in lines
+    assert ("delete", "element", "dnat_any", "any/4/tcp/9090", None) in lines
+    assert not any("any/4/tcp/8080" in line for line in lines)
 
 
 def test_stale_owners_for_gc():

@@ -6,8 +6,7 @@ import hashlib
 
 from cnichain.plugins.portmap import names, plan as planning
 from cnichain.plugins.portmap.config import load
-
-T = names.T
+from tests.portmap_json import briefs
 
 
 def plan(cid="a", ips=None, *ports, snat=True):
@@ -29,40 +28,45 @@ def test_owner_ids_use_plain_sha256():
 def test_config_delete_asserts_then_deletes_exactly_the_planned_objects():
     p = plan("a", {4: "10.1.0.5", 6: "fd00::5"}, 8080)
     c, m = f"c-{p.owner}", f"m-{p.owner}"
-    assert planning.config_delete(p).splitlines() == [
-        f"add chain {T} {c}",
-        f"add chain {T} {m}",
-        f"add element {T} dnat_any {{ ipv4 . tcp . 8080 : jump {c} }}",
-        f"add element {T} dnat_any {{ ipv6 . tcp . 8080 : jump {c} }}",
-        f"add element {T} masq4 {{ 10.1.0.5 : jump {m} }}",
-        f"add element {T} masq6 {{ fd00::5 : jump {m} }}",
-        f"delete element {T} dnat_any {{ ipv4 . tcp . 8080 }}",
-        f"delete element {T} dnat_any {{ ipv6 . tcp . 8080 }}",
-        f"delete element {T} masq4 {{ 10.1.0.5 }}",
-        f"delete element {T} masq6 {{ fd00::5 }}",
-        f"flush chain {T} {c}",
-        f"delete chain {T} {c}",
-        f"flush chain {T} {m}",
-        f"delete chain {T} {m}",
+    commands = planning.config_delete(p)
+    assert briefs(commands) == [
+        ("add", "chain", c),
+        ("add", "chain", m),
+        ("add", "element", "dnat_any", "any/4/tcp/8080", c),
+        ("add", "element", "dnat_any", "any/6/tcp/8080", c),
+        ("add", "element", "masq4", "masq/10.1.0.5", m),
+        ("add", "element", "masq6", "masq/fd00::5", m),
+        ("delete", "element", "dnat_any", "any/4/tcp/8080", None),
+        ("delete", "element", "dnat_any", "any/6/tcp/8080", None),
+        ("delete", "element", "masq4", "masq/10.1.0.5", None),
+        ("delete", "element", "masq6", "masq/fd00::5", None),
+        ("flush", "chain", c),
+        ("delete", "chain", c),
+        ("flush", "chain", m),
+        ("delete", "chain", m),
     ]
+    # the exact libnftables JSON of one assertion and one deletion
+    assert commands[2] == {"add": {"element": {
+        "family": "inet", "table": "cnichain_portmap", "name": "dnat_any",
+        "elem": [[{"concat": ["ipv4", "tcp", 8080]}, {"jump": {"target": c}}]]}}}
+    assert commands[8] == {"delete": {"element": {
+        "family": "inet", "table": "cnichain_portmap", "name": "masq4", "elem": ["10.1.0.5"]}}}
 
 
 def test_config_delete_without_snat_still_claims_the_masquerade_chain():
     # If ADD ran with snat on and DEL's config has it off, the masquerade elements still point at
     # m-<owner>: deleting that chain must fail the transaction rather than leak it.
-    lines = planning.config_delete(plan(snat=False)).splitlines()
+    lines = briefs(planning.config_delete(plan(snat=False)))
     owner = plan().owner
-    assert f"delete chain {T} m-{owner}" in lines and not any("masq4" in line for line in lines)
+    assert ("delete", "chain", f"m-{owner}") in lines and not any("masq4" in line for line in lines)
 
 
 def test_config_delete_never_creates_anything_that_survives():
-    lines = planning.config_delete(plan("a", None, 80, 81)).splitlines()
+    lines = briefs(planning.config_delete(plan("a", None, 80, 81)))
     for line in lines:
-        if line.startswith(f"add chain {T} "):
-            assert line.replace("add chain", "delete chain") in lines
-        elif line.startswith(f"add element {T} "):
-            key = line.split(" { ")[1].split(" : ")[0]
-            name = line.split(" ")[4]
-            assert f"delete element {T} {name} {{ {key} }}" in lines
+        if line[:2] == ("add", "chain"):
+            assert ("delete", "chain", line[2]) in lines
+        elif line[:2] == ("add", "element"):
+            assert line[3] is not None and ("delete", "element", line[2], line[3], None) in lines
         else:
-            assert line.startswith(("delete ", "flush chain ")), line
+            assert line[0] == "delete" or line[:2] == ("flush", "chain"), line
