@@ -77,9 +77,8 @@ class _netns_lock:
             raise
         self.fd = fd
 
-    def __exit__(self, *exc_info: object) -> bool:
+    def __exit__(self, *exc_info: object) -> None:
         os.close(self.fd)
-        return False
 
 
 def snapshot() -> Optional[Snapshot]:

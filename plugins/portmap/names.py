@@ -42,12 +42,12 @@ def _sha256():  # -> a new SHA-256 hash object
     digest.  It is ``_sha2`` since Python 3.12 and ``_sha256`` before; anything else uses hashlib.
     """
     try:
-        from _sha2 import sha256  # type: ignore[import-not-found]
+        from _sha2 import sha256
     except ImportError:
         try:
-            from _sha256 import sha256  # type: ignore[import-not-found,no-redef]
+            from _sha256 import sha256
         except ImportError:
-            from hashlib import sha256  # type: ignore[no-redef]
+            from hashlib import sha256
     return sha256()
 
 
