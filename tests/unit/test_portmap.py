@@ -103,9 +103,11 @@ def test_mapping_errors(entry, msg):
 def test_config_errors(extra, msg):
     code, out = dispatch(PLUGIN, "ADD", conf(prevResult=PREV, **extra))
     assert code == 1 and msg in out["msg"], out
+    assert out["code"] == 999
     # DEL validates the config too, before touching anything
     code, out = dispatch(PLUGIN, "DEL", conf(**extra))
     assert code == 1 and msg in out["msg"]
+    assert out["code"] == 999
 
 
 def test_mark_keys_are_accepted():
@@ -275,11 +277,13 @@ def test_add_for_another_ifname_touches_nothing(cni_version):
 def test_add_needs_prev_result():
     code, out = dispatch(PLUGIN, "ADD", conf(**maps({"hostPort": 8080, "containerPort": 80})))
     assert code == 1 and out["msg"] == "must be called as chained plugin"
+    assert out["code"] == 7
 
 
 def test_check_needs_prev_result():
     code, out = dispatch(PLUGIN, "CHECK", conf())
     assert code == 1 and out["msg"] == "Required prevResult missing"
+    assert out["code"] == 7
     code, out = dispatch(PLUGIN, "CHECK", conf(prevResult=PREV))
     assert code == 0 and out is None  # no mappings: nothing to check
 

@@ -189,6 +189,7 @@ def test_add_without_prev_result_is_a_clear_error(cni_version):
     code, out = dispatch(PLUGIN, "ADD", conf_for(cni_version, flushroutes=True))
     assert code == 1
     assert out["msg"].startswith("Required prevResult missing: route-override must be chained")
+    assert out["code"] == 7
 
 
 def test_add_with_nothing_to_do_passes_prev_result_through(cni_version):
@@ -201,6 +202,7 @@ def test_add_with_netns_gone_fails_clearly():
     code, out = dispatch(PLUGIN, "ADD", conf_for("1.0.0", prevResult=prev_for("1.0.0"), flushgateway=True),
                          CNI_NETNS="/nonexistent/netns")
     assert code == 1 and out["msg"].startswith('failed to override routes: failed to open netns "/nonexistent/netns"')
+    assert out["code"] == 999
 
 
 def test_del_is_a_noop(cni_version):
@@ -212,6 +214,7 @@ def test_check_skipcheck_and_missing_prev_result():
     assert dispatch(PLUGIN, "CHECK", conf_for("1.0.0", skipcheck=True), CNI_NETNS="/nonexistent") == (0, None)
     code, out = dispatch(PLUGIN, "CHECK", conf_for("1.0.0"))
     assert code == 1 and out["msg"] == "Required prevResult missing"
+    assert out["code"] == 7
 
 
 @pytest.mark.parametrize("command", ["GC", "STATUS"])
