@@ -10,13 +10,13 @@ import sys
 import pytest
 
 from cnichain.common.errors import CniError, Code
-from cnichain.common.version import ALL
 from cnichain.plugins.bandwidth import plan as tbf
 from cnichain.plugins.bandwidth.config import BandwidthConfig, Shape, ifb_name, load
 from cnichain.plugins.bandwidth.plugin import PLUGIN
 from tests.helpers import dispatch
+from tests.specver import CHAINING_VERSIONS
 
-SUPPORTED = [v for v in ALL if v >= "0.3.0"]
+SUPPORTED = list(CHAINING_VERSIONS)
 # /proc/net/psched of every current kernel: 1000 64 1000000 ... -> 15.625 ticks per microsecond
 TICK = tbf.tick_in_usec("000003e8 00000040 000f4240 3b9aca00\n")
 PREV = {

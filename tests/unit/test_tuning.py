@@ -25,18 +25,19 @@ from cnichain.plugins.tuning.config import (
 )
 from cnichain.plugins.tuning.plugin import PLUGIN
 from tests.helpers import dispatch
+from tests.specver import ips_carry_version, result_has_interfaces
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def prev_for(version: str) -> dict:
     """A previous result in ``version``'s own shape."""
-    if version in ("0.1.0", "0.2.0"):
+    if not result_has_interfaces(version):
         return {"cniVersion": version, "ip4": {"ip": "10.1.0.5/24", "gateway": "10.1.0.1"}}
     return {
         "cniVersion": version,
         "interfaces": [{"name": "cni0", "mac": "0a:00:00:00:00:01"}, {"name": "eth0", "mac": "0a:00:00:00:00:02", "sandbox": "/var/run/netns/x"}],
-        "ips": [{"address": "10.1.0.5/24", "gateway": "10.1.0.1", "interface": 1, **({"version": "4"} if version < "1.0.0" else {})}],
+        "ips": [{"address": "10.1.0.5/24", "gateway": "10.1.0.1", "interface": 1, **({"version": "4"} if ips_carry_version(version) else {})}],
         "routes": [{"dst": "0.0.0.0/0"}],
         "dns": {"nameservers": ["10.1.0.1"]},
     }
