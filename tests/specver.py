@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import pytest
 
-from cnichain.cli.runtime import PluginFailed
+from cnichain.cli.runtime import Attachment, ConfList, PluginFailed, Runtime
 from cnichain.common.errors import Code
 from cnichain.common.version import ALL, at_least, starting_from
 
@@ -23,6 +23,8 @@ ALL_VERSIONS: tuple[str, ...] = ALL
 CHAINING_VERSIONS: tuple[str, ...] = starting_from("0.3.0")
 # Versions with CHECK: cases about what CHECK detects run over these only.
 CHECK_VERSIONS: tuple[str, ...] = starting_from("0.4.0")
+# Debian's reference plugins (libcni 1.0) speak up to 1.0.0: interop cases run over these.
+REFERENCE_PLUGIN_VERSIONS: tuple[str, ...] = tuple(v for v in ALL if not at_least(v, "1.1.0"))
 
 
 def expects_check(version: str) -> bool:
@@ -49,10 +51,10 @@ def result_ips(result: dict) -> list[dict[str, Any]]:
     """The result's addresses as ``[{"address", "gateway"?}]`` whatever the version's shape."""
     if "ips" in result or "interfaces" in result:
         return [dict(ip) for ip in result.get("ips", [])]
-    out = []
+    out: list[dict[str, Any]] = []
     for key in ("ip4", "ip6"):
         if key in result:
-            entry = {"address": result[key]["ip"]}
+            entry: dict[str, Any] = {"address": result[key]["ip"]}
             if result[key].get("gateway"):
                 entry["gateway"] = result[key]["gateway"]
             out.append(entry)
@@ -103,7 +105,7 @@ def assert_failed(error: PluginFailed, code: int, msg: str, *, prefix: bool = Fa
         assert got.msg == msg, got.msg
 
 
-def check_as_runtime(runtime: Any, conflist: Any, att: Any) -> None:
+def check_as_runtime(runtime: Runtime, conflist: ConfList, att: Attachment) -> None:
     """CHECK the attachment where the version has CHECK; below 0.4.0, prove it is refused."""
     if expects_check(conflist.cni_version):
         runtime.check(conflist, att)
@@ -112,6 +114,3 @@ def check_as_runtime(runtime: Any, conflist: Any, att: Any) -> None:
         runtime.check(conflist, att)
     assert_failed(info.value, Code.INCOMPATIBLE_VERSION, "config version does not allow CHECK")
 
-
-# Debian's reference plugins (libcni 1.0) speak up to 1.0.0: interop cases run over these.
-REFERENCE_PLUGIN_VERSIONS: tuple[str, ...] = tuple(v for v in ALL if not at_least(v, "1.1.0"))

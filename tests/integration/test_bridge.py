@@ -18,6 +18,7 @@ import sys
 
 import pytest
 
+from cnichain.cli.lab import Lab
 from cnichain.cli.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common.errors import Code
 from tests.specver import (
@@ -95,7 +96,8 @@ def reserved(lab, network) -> dict[str, str]:
 
 # -- connectivity ----------------------------------------------------------------------------------
 
-def bridge_ports(lab, bridge="cni0") -> set[str]:
+def bridge_ports(lab: Lab, bridge: str = "cni0") -> set[str]:
+    """The links enslaved to ``bridge`` in the node: the host veths, whatever the result shows."""
     out = lab.run(lab.node, "ip", "-o", "link", "show", "master", bridge).stdout
     return {line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if line.strip()}
 
@@ -403,7 +405,7 @@ def test_mtu_mac_promisc_and_l2(lab, runtime, chained_version):
     runtime.delete(conf, att)
 
 
-def _mac(lab, ns, ifname="eth0") -> str:
+def _mac(lab: Lab, ns: str, ifname: str = "eth0") -> str:
     return json.loads(lab.run(ns, "ip", "-j", "link", "show", ifname).stdout)[0]["address"]
 
 

@@ -18,6 +18,7 @@ import stat
 import subprocess
 import sys
 import time
+from typing import Optional
 
 import pytest
 
@@ -182,7 +183,7 @@ def test_sigkill_mid_allocation_never_leaves_a_permanent_block(tmp_path, module_
     assert len(got) == 13
 
 
-def assert_check(outcome: tuple, version: str) -> None:
+def assert_check(outcome: tuple[int, Optional[dict]], version: str) -> None:
     """CHECK passed where the version has it, and was refused (code 1) below 0.4.0."""
     if expects_check(version):
         assert outcome == (0, None)
