@@ -17,7 +17,7 @@ import pytest
 from cnichain.cli import install as installer
 from cnichain.cli.lab import Lab
 from cnichain.cli.runtime import Runtime
-from cnichain.common.version import ALL
+from tests.specver import ALL_VERSIONS, CHAINING_VERSIONS, CHECK_VERSIONS
 
 REFERENCE_DIR = os.environ.get("CNICHAIN_REFERENCE_DIR", "/usr/lib/cni")
 
@@ -101,7 +101,20 @@ def make_runtime(lab: Lab, plugin_dir: str):
     return factory
 
 
-@pytest.fixture(params=ALL)
+@pytest.fixture(params=ALL_VERSIONS)
 def cni_version(request: pytest.FixtureRequest) -> str:
-    """Every supported spec version."""
+    """Every supported spec version (the reference suite's ``testutils.AllSpecVersions``)."""
+    return request.param
+
+
+@pytest.fixture(params=CHAINING_VERSIONS)
+def chained_version(request: pytest.FixtureRequest) -> str:
+    """Versions with a prevResult (0.3.0 on): the reference runs its chained plugins' kernel cases
+    (portmap, bandwidth) over these, since a 0.1/0.2 config cannot carry a prevResult to them."""
+    return request.param
+
+
+@pytest.fixture(params=CHECK_VERSIONS)
+def check_version(request: pytest.FixtureRequest) -> str:
+    """Versions with CHECK (0.4.0 on), for cases that are about what CHECK detects."""
     return request.param

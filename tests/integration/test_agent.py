@@ -252,7 +252,8 @@ def test_a_hanging_worker_is_killed_at_the_limit(setup):
     with setup.agent("--request-timeout", "1") as agent:
         code, out, _ = run(setup.warm, "probe", "ADD", probe_conf(setup, hang=True))
         assert code == 1
-        assert "did not finish within 1s" in json.loads(out)["msg"]
+        err = json.loads(out)
+        assert (err["code"], err["msg"]) == (999, "cnichain agent: probe ADD did not finish within 1s")
         assert run(setup.warm, "probe", "ADD", probe_conf(setup))[0] == 0
         assert 'outcome="timeout"' in agent.metrics()
 

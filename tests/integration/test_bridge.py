@@ -2,6 +2,11 @@
 
 Every test runs the plugin as a process through the Runtime (ours first on CNI_PATH, the reference
 Go plugins after it, so IPAM delegation finds a host-local either way) inside the lab's node netns.
+
+As in the reference's bridge_test.go, every kernel case runs once per spec version (``cni_version``;
+cases about what CHECK detects: ``check_version``), and checks that version's result shape and
+CHECK rule (tests/specver.py).  Single on purpose: GC (exists at 1.1.0 only), the corpus and the
+shipped conflist (each file carries its own cniVersion).
 """
 
 from __future__ import annotations
@@ -13,7 +18,20 @@ import sys
 
 import pytest
 
+from cnichain.cli.lab import Lab
 from cnichain.cli.runtime import Attachment, ConfList, PluginFailed
+from cnichain.common.errors import Code
+from tests.specver import (
+    ALL_VERSIONS,
+    assert_failed,
+    assert_result_shape,
+    check_as_runtime,
+    expects_gc,
+    ips_carry_version,
+    result_has_interfaces,
+    result_ips,
+    result_routes,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -78,23 +96,34 @@ def reserved(lab, network) -> dict[str, str]:
 
 # -- connectivity ----------------------------------------------------------------------------------
 
-def test_two_pods_ping_each_other_and_gateway(lab, runtime):
-    conf = bridge_conf(lab)
+def bridge_ports(lab: Lab, bridge: str = "cni0") -> set[str]:
+    """The links enslaved to ``bridge`` in the node: the host veths, whatever the result shows."""
+    out = lab.run(lab.node, "ip", "-o", "link", "show", "master", bridge).stdout
+    return {line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if line.strip()}
+
+
+def test_two_pods_ping_each_other_and_gateway(lab, runtime, cni_version):
+    conf = bridge_conf(lab, version=cni_version)
     pods = [lab.netns("pod1"), lab.netns("pod2")]
     results = [runtime.add(conf, Attachment(f"ctr{i}", p, "eth0")) for i, p in enumerate(pods)]
-    addrs = [r["ips"][0]["address"].split("/")[0] for r in results]
+    addrs = [result_ips(r)[0]["address"].split("/")[0] for r in results]
     assert addrs[0] != addrs[1]
     for r, p in zip(results, pods):
-        names = [i["name"] for i in r["interfaces"]]
-        assert names[0] == "cni0" and names[1].startswith("veth") and len(names[1]) == 12 and names[2] == "eth0"
-        assert r["interfaces"][2]["sandbox"] == p
-        assert all(ip["interface"] == 2 and ip["gateway"] == "10.77.0.1" for ip in r["ips"])
+        assert_result_shape(r, cni_version)
+        assert all(ip["gateway"] == "10.77.0.1" for ip in result_ips(r))
+        if result_has_interfaces(cni_version):
+            names = [i["name"] for i in r["interfaces"]]
+            assert names[0] == "cni0" and names[1].startswith("veth") and len(names[1]) == 12 and names[2] == "eth0"
+            assert r["interfaces"][2]["sandbox"] == p
+            assert all(ip["interface"] == 2 for ip in r["ips"])
         assert ping(lab, p, "10.77.0.1")
-        runtime.check(conf, Attachment(f"ctr{results.index(r)}", p, "eth0"))
+        check_as_runtime(runtime, conf, Attachment(f"ctr{results.index(r)}", p, "eth0"))
     assert ping(lab, pods[0], addrs[1]) and ping(lab, pods[1], addrs[0])
     # host veths are ports of cni0, bridge carries the gateway, forwarding on
-    node_links = lab.run(lab.node, "ip", "-o", "link", "show", "master", "cni0").stdout
-    assert results[0]["interfaces"][1]["name"] in node_links and results[1]["interfaces"][1]["name"] in node_links
+    ports = bridge_ports(lab)
+    assert len(ports) == 2 and all(n.startswith("veth") for n in ports)
+    if result_has_interfaces(cni_version):
+        assert ports == {r["interfaces"][1]["name"] for r in results}
     assert "10.77.0.1/24" in lab.run(lab.node, "ip", "-o", "addr", "show", "cni0").stdout
     assert lab.run(lab.node, "sysctl", "-n", "net.ipv4.ip_forward").stdout.strip() == "1"
     for i, p in enumerate(pods):
@@ -104,32 +133,37 @@ def test_two_pods_ping_each_other_and_gateway(lab, runtime):
     assert lab.run(lab.node, "ip", "-o", "link", "show", "master", "cni0").stdout.strip() == ""
 
 
-def test_dual_stack(lab, runtime):
-    conf = bridge_conf(lab, subnets=("10.78.0.0/24", "fd78::/64"), ipMasq=True)
+def test_dual_stack(lab, runtime, cni_version):
+    conf = bridge_conf(lab, version=cni_version, subnets=("10.78.0.0/24", "fd78::/64"), ipMasq=True)
     p1, p2 = lab.netns("pod1"), lab.netns("pod2")
     r1 = runtime.add(conf, Attachment("c1", p1, "eth0"))
     r2 = runtime.add(conf, Attachment("c2", p2, "eth0"))
-    fams = sorted(":" in ip["address"] for ip in r1["ips"])
+    assert_result_shape(r1, cni_version)
+    fams = sorted(":" in ip["address"] for ip in result_ips(r1))
     assert fams == [False, True]
-    assert {r["dst"] for r in r1["routes"]} == {"0.0.0.0/0", "::/0"}
-    v6_2 = next(ip["address"] for ip in r2["ips"] if ":" in ip["address"]).split("/")[0]
-    v4_2 = next(ip["address"] for ip in r2["ips"] if ":" not in ip["address"]).split("/")[0]
+    assert {r["dst"] for r in result_routes(r1)} == {"0.0.0.0/0", "::/0"}
+    if ips_carry_version(cni_version):
+        assert sorted(ip["version"] for ip in r1["ips"]) == ["4", "6"]
+    v6_2 = next(ip["address"] for ip in result_ips(r2) if ":" in ip["address"]).split("/")[0]
+    v4_2 = next(ip["address"] for ip in result_ips(r2) if ":" not in ip["address"]).split("/")[0]
     assert ping(lab, p1, "fd78::1") and ping(lab, p1, v6_2) and ping(lab, p1, v4_2)
     assert "default via fd78::1" in lab.run(p1, "ip", "-6", "route").stdout
     assert "tentative" not in lab.run(p1, "ip", "-6", "addr", "show", "eth0").stdout
     assert lab.run(lab.node, "sysctl", "-n", "net.ipv6.conf.all.forwarding").stdout.strip() == "1"
     rules = ruleset(lab)
     assert "ip6 saddr fd78::2" in rules and "ip6 daddr != ff00::/8" in rules
-    runtime.check(conf, Attachment("c1", p1, "eth0"))
+    check_as_runtime(runtime, conf, Attachment("c1", p1, "eth0"))
     runtime.delete(conf, Attachment("c1", p1, "eth0"))
     runtime.delete(conf, Attachment("c2", p2, "eth0"))
     assert "saddr" not in ruleset(lab)
 
 
-def test_enabledad_waits_for_dad(lab, runtime):
-    conf = bridge_conf(lab, subnets=("fd79::/64",), enabledad=True)
+def test_enabledad_waits_for_dad(lab, runtime, cni_version):
+    conf = bridge_conf(lab, version=cni_version, subnets=("fd79::/64",), enabledad=True)
     pod = lab.netns("pod")
-    runtime.add(conf, Attachment("c1", pod, "eth0"))
+    res = runtime.add(conf, Attachment("c1", pod, "eth0"))
+    assert_result_shape(res, cni_version)
+    assert [ip["address"] for ip in result_ips(res)] == ["fd79::2/64"]
     addr = lab.run(pod, "ip", "-6", "addr", "show", "eth0").stdout
     assert "fd79::2/64" in addr and "tentative" not in addr
     assert lab.run(pod, "sysctl", "-n", "net.ipv6.conf.eth0.accept_dad").stdout.strip() == "1"
@@ -161,13 +195,14 @@ def _peer_seen_by_outside(lab, pod, outside) -> str:
             server.wait(timeout=5)
 
 
-def test_masquerade_to_outside(lab, runtime):
-    conf = bridge_conf(lab, ipMasq=True)
+def test_masquerade_to_outside(lab, runtime, cni_version):
+    conf = bridge_conf(lab, version=cni_version, ipMasq=True)
     outside = lab.netns("out")
     lab.wire(outside, ["192.0.2.2/24"], ["192.0.2.1/24"], "out")  # no route back to the pod subnet
     pod = lab.netns("pod")
     res = runtime.add(conf, Attachment("c1", pod, "eth0"))
-    pod_ip = res["ips"][0]["address"].split("/")[0]
+    assert_result_shape(res, cni_version)
+    pod_ip = result_ips(res)[0]["address"].split("/")[0]
     assert _peer_seen_by_outside(lab, pod, outside) == "192.0.2.1"  # the node's address, not pod_ip
     # traffic inside the pod subnet is not masqueraded: a second pod sees the real source
     assert pod_ip in ruleset(lab)
@@ -175,20 +210,20 @@ def test_masquerade_to_outside(lab, runtime):
     assert pod_ip not in ruleset(lab)
 
 
-def test_no_masquerade_without_ipmasq(lab, runtime):
-    conf = bridge_conf(lab)
+def test_no_masquerade_without_ipmasq(lab, runtime, cni_version):
+    conf = bridge_conf(lab, version=cni_version)
     outside = lab.netns("out")
     lab.wire(outside, ["192.0.2.2/24"], ["192.0.2.1/24"], "out")
     lab.run(outside, "ip", "route", "add", "10.77.0.0/24", "via", "192.0.2.1")
     pod = lab.netns("pod")
     res = runtime.add(conf, Attachment("c1", pod, "eth0"))
-    assert _peer_seen_by_outside(lab, pod, outside) == res["ips"][0]["address"].split("/")[0]
+    assert _peer_seen_by_outside(lab, pod, outside) == result_ips(res)[0]["address"].split("/")[0]
     assert "cnichain_masquerade" not in ruleset(lab)
 
 
-def test_del_with_netns_gone_or_empty_removes_masquerade(lab, runtime, plugin_dir):
+def test_del_with_netns_gone_or_empty_removes_masquerade(lab, runtime, plugin_dir, cni_version):
     """Upstream #810: the reference leaks the masquerade rules here; we must not."""
-    conf = bridge_conf(lab, ipMasq=True)
+    conf = bridge_conf(lab, version=cni_version, ipMasq=True)
     p1, p2 = lab.netns("pod1"), lab.netns("pod2")
     runtime.add(conf, Attachment("gone1", p1, "eth0"))
     runtime.add(conf, Attachment("gone2", p2, "eth0"))
@@ -206,33 +241,36 @@ def test_del_with_netns_gone_or_empty_removes_masquerade(lab, runtime, plugin_di
         assert run_bridge(lab, plugin_dir, "DEL", single_conf(conf), netns=ns, cid=cid)[0] == 0
 
 
-def test_del_twice_and_check(lab, runtime):
-    conf = bridge_conf(lab, ipMasq=True, hairpinMode=True)
+def test_del_twice_and_check(lab, runtime, cni_version):
+    conf = bridge_conf(lab, version=cni_version, ipMasq=True, hairpinMode=True)
     pod = lab.netns("pod")
     att = Attachment("c1", pod, "eth0")
     runtime.add(conf, att)
-    runtime.check(conf, att)
+    check_as_runtime(runtime, conf, att)
     assert "hairpin on" in lab.run(lab.node, "bridge", "-d", "link", "show").stdout
     runtime.delete(conf, att)
     runtime.delete(conf, att)
 
 
-def test_check_detects_damage(lab, runtime):
-    conf = bridge_conf(lab, ipMasq=True)
+def test_check_detects_damage(lab, runtime, check_version):
+    conf = bridge_conf(lab, version=check_version, ipMasq=True)
     pod = lab.netns("pod")
     att = Attachment("c1", pod, "eth0")
     res = runtime.add(conf, att)
     lab.run(pod, "ip", "route", "del", "default")
-    with pytest.raises(PluginFailed, match="Expected Route 0.0.0.0/0"):
+    with pytest.raises(PluginFailed) as info:
         runtime.check(conf, att)
+    assert_failed(info.value, Code.INTERNAL, "Expected Route 0.0.0.0/0", prefix=True)
     lab.run(pod, "ip", "route", "add", "default", "via", "10.77.0.1")
     runtime.check(conf, att)
     lab.run(lab.node, "nft", "flush", "chain", "inet", "cnichain_masquerade", "postrouting")
-    with pytest.raises(PluginFailed, match="masquerade rule"):
+    with pytest.raises(PluginFailed) as info:
         runtime.check(conf, att)
+    assert_failed(info.value, Code.INTERNAL, "masquerade rule for 10.77.0.2 (c1/eth0) is missing")
     lab.run(pod, "ip", "addr", "del", res["ips"][0]["address"], "dev", "eth0")
-    with pytest.raises(PluginFailed, match="Failed to match addr"):
+    with pytest.raises(PluginFailed) as info:
         runtime.check(conf, att)
+    assert_failed(info.value, Code.INTERNAL, "Failed to match addr 10.77.0.2/24 on interface eth0")
 
 
 # -- every version ---------------------------------------------------------------------------------
@@ -244,14 +282,12 @@ def test_result_in_every_version(lab, runtime, cni_version):
     pod = lab.netns("pod")
     att = Attachment("c1", pod, "eth0")
     res = runtime.add(conf, att)
-    assert res["cniVersion"] == cni_version
-    if cni_version in ("0.1.0", "0.2.0"):
-        assert res["ip4"]["ip"].startswith("10.77.0.") and res["ip4"]["gateway"] == "10.77.0.1"
-    else:
+    assert_result_shape(res, cni_version)
+    if result_has_interfaces(cni_version):
         assert res["interfaces"][2]["name"] == "eth0"
-        assert ("version" in res["ips"][0]) == (cni_version < "1.0.0")
-    if cni_version >= "0.4.0":
-        runtime.check(conf, att)
+    else:
+        assert res["ip4"]["ip"].startswith("10.77.0.") and res["ip4"]["gateway"] == "10.77.0.1"
+    check_as_runtime(runtime, conf, att)
     runtime.delete(conf, att)
     runtime.delete(conf, att)
     assert "eth0" not in links(lab, pod)
@@ -267,103 +303,127 @@ def _state(lab, pod):
     return links(lab, lab.node), links(lab, pod), ruleset(lab)
 
 
-def test_ipam_exhausted_leaves_nothing(lab, runtime):
-    conf = bridge_conf(lab, subnets=("10.79.0.0/30",), ipMasq=True)  # one usable address
+def test_ipam_exhausted_leaves_nothing(lab, runtime, cni_version):
+    conf = bridge_conf(lab, version=cni_version, subnets=("10.79.0.0/30",), ipMasq=True)  # one usable address
     p1, p2 = lab.netns("pod1"), lab.netns("pod2")
     runtime.add(conf, Attachment("c1", p1, "eth0"))
     before = _state(lab, p2)
     held = reserved(lab, "brnet")
-    with pytest.raises(PluginFailed):
+    with pytest.raises(PluginFailed) as info:
         runtime.add(conf, Attachment("c2", p2, "eth0"))
+    assert_failed(info.value, Code.INTERNAL,
+                  "failed to allocate for range 0: no IP addresses available in range set: 10.79.0.1-10.79.0.2")
     assert _state(lab, p2) == before
     assert reserved(lab, "brnet") == held
 
 
-def test_failure_on_fresh_node_removes_new_bridge(lab, runtime):
-    conf = bridge_conf(lab, subnets=("10.79.0.0/31",))  # host-local cannot allocate from a /31
+def test_failure_on_fresh_node_removes_new_bridge(lab, runtime, cni_version):
+    conf = bridge_conf(lab, version=cni_version, subnets=("10.79.0.0/31",))  # host-local cannot allocate from a /31
     pod = lab.netns("pod")
-    with pytest.raises(PluginFailed):
+    with pytest.raises(PluginFailed) as info:
         runtime.add(conf, Attachment("c1", pod, "eth0"))
+    assert_failed(info.value, Code.INTERNAL, "invalid range set 0: Network 10.79.0.0/31 too small to allocate from")
     assert links(lab, lab.node) == {"lo"}
     assert links(lab, pod) == {"lo"}
 
 
-def test_interface_name_taken_leaves_nothing(lab, runtime):
-    conf = bridge_conf(lab, ipMasq=True)
+def test_interface_name_taken_leaves_nothing(lab, runtime, cni_version):
+    conf = bridge_conf(lab, version=cni_version, ipMasq=True)
     pod = lab.netns("pod")
     lab.run(pod, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0peer")
     runtime.add(conf, Attachment("c0", lab.netns("other"), "eth0"))  # bridge exists already
     before = _state(lab, pod)
     held = reserved(lab, "brnet")
-    with pytest.raises(PluginFailed, match=r"container veth name provided \(eth0\) already exists"):
+    with pytest.raises(PluginFailed) as info:
         runtime.add(conf, Attachment("c1", pod, "eth0"))
+    assert_failed(info.value, Code.INTERNAL, "container veth name provided (eth0) already exists", prefix=True)
     assert _state(lab, pod) == before
     assert reserved(lab, "brnet") == held
 
 
-def test_failure_after_ipam_rolls_back(lab, runtime):
-    conf = bridge_conf(lab, ipMasq=True)
+def test_failure_after_ipam_rolls_back(lab, runtime, cni_version):
+    conf = bridge_conf(lab, version=cni_version, ipMasq=True)
     pod = lab.netns("pod")
     lab.run(lab.node, "ip", "link", "add", "cni0", "type", "bridge")
     lab.run(lab.node, "ip", "addr", "add", "10.50.0.1/24", "dev", "cni0")
     before = _state(lab, pod)
-    with pytest.raises(PluginFailed, match='"cni0" already has an IP address different from 10.77.0.1/24'):
+    with pytest.raises(PluginFailed) as info:
         runtime.add(conf, Attachment("c1", pod, "eth0"))
+    assert_failed(info.value, Code.INTERNAL, '"cni0" already has an IP address different from 10.77.0.1/24', prefix=True)
     assert _state(lab, pod) == before
     assert reserved(lab, "brnet") == {}
     # forceAddress replaces it
-    forced = bridge_conf(lab, ipMasq=True, forceAddress=True)
+    forced = bridge_conf(lab, version=cni_version, ipMasq=True, forceAddress=True)
     runtime.add(forced, Attachment("c1", pod, "eth0"))
     addrs = lab.run(lab.node, "ip", "-o", "-4", "addr", "show", "cni0").stdout
     assert "10.77.0.1/24" in addrs and "10.50.0.1" not in addrs
 
 
-def test_existing_non_bridge_is_refused(lab, runtime):
-    conf = bridge_conf(lab)
+def test_existing_non_bridge_is_refused(lab, runtime, cni_version):
+    conf = bridge_conf(lab, version=cni_version)
     lab.run(lab.node, "ip", "link", "add", "cni0", "type", "veth", "peer", "name", "cni0peer")
-    with pytest.raises(PluginFailed, match='"cni0" already exists but is not a bridge'):
+    with pytest.raises(PluginFailed) as info:
         runtime.add(conf, Attachment("c1", lab.netns("pod"), "eth0"))
+    assert_failed(info.value, Code.INTERNAL, 'failed to create bridge "cni0": "cni0" already exists but is not a bridge')
     assert reserved(lab, "brnet") == {}
 
 
-def test_missing_netns_is_an_error_and_creates_nothing(lab, runtime):
-    conf = bridge_conf(lab)
-    with pytest.raises(PluginFailed, match="failed to open netns"):
+def test_missing_netns_is_an_error_and_creates_nothing(lab, runtime, cni_version):
+    conf = bridge_conf(lab, version=cni_version)
+    with pytest.raises(PluginFailed) as info:
         runtime.add(conf, Attachment("c1", "/run/netns/cnit-does-not-exist", "eth0"))
+    assert_failed(info.value, Code.INVALID_NETNS,
+                  'failed to open netns "/run/netns/cnit-does-not-exist": no such file or directory')
     assert links(lab, lab.node) == {"lo"}
 
 
 # -- options ---------------------------------------------------------------------------------------
 
-def test_mtu_mac_promisc_and_l2(lab, runtime):
-    conf = ConfList.from_dict({"cniVersion": "1.0.0", "name": "l2net", "plugins": [
+def test_mtu_mac_promisc_and_l2(lab, runtime, chained_version):
+    """From 0.3.0 on: a 0.1/0.2 result cannot describe an attachment without an address (libcni
+    refuses to convert it: "cannot convert: no valid IP addresses"), so the reference runs its L2
+    cases from 0.3.0 on too."""
+    cni_version = chained_version
+    conf = ConfList.from_dict({"cniVersion": cni_version, "name": "l2net", "plugins": [
         {"type": "bridge", "bridge": "br-l2", "mtu": 1400, "promiscMode": True, "capabilities": {"mac": True}}]})
     pod = lab.netns("pod")
     att = Attachment("c1", pod, "eth1", capability_args={"mac": "02:11:22:33:44:55"})
     res = runtime.add(conf, att)
-    assert "ips" not in res
-    assert res["interfaces"][2] == {"name": "eth1", "mac": "02:11:22:33:44:55", "sandbox": pod}
+    assert_result_shape(res, cni_version)
+    assert "ips" not in res and result_ips(res) == []
+    if result_has_interfaces(cni_version):
+        assert res["interfaces"][2] == {"name": "eth1", "mac": "02:11:22:33:44:55", "sandbox": pod}
     eth1 = lab.run(pod, "ip", "-o", "link", "show", "eth1").stdout
     assert "mtu 1400" in eth1 and "02:11:22:33:44:55" in eth1 and "state UP" in eth1
-    host = lab.run(lab.node, "ip", "-o", "link", "show", res["interfaces"][1]["name"]).stdout
+    (host_veth,) = bridge_ports(lab, "br-l2")
+    if result_has_interfaces(cni_version):
+        assert res["interfaces"][1]["name"] == host_veth
+    host = lab.run(lab.node, "ip", "-o", "link", "show", host_veth).stdout
     assert "mtu 1400" in host and "master br-l2" in host
     assert "PROMISC" in lab.run(lab.node, "ip", "-o", "link", "show", "br-l2").stdout
-    runtime.check(conf, att)
+    check_as_runtime(runtime, conf, att)
     runtime.delete(conf, att)
 
 
-def test_macspoofchk_drops_spoofed_frames(lab, runtime):
-    conf = bridge_conf(lab, macspoofchk=True)
+def _mac(lab: Lab, ns: str, ifname: str = "eth0") -> str:
+    return json.loads(lab.run(ns, "ip", "-j", "link", "show", ifname).stdout)[0]["address"]
+
+
+def test_macspoofchk_drops_spoofed_frames(lab, runtime, cni_version):
+    conf = bridge_conf(lab, version=cni_version, macspoofchk=True)
     pod = lab.netns("pod")
     att = Attachment("c1", pod, "eth0")
     res = runtime.add(conf, att)
+    mac = _mac(lab, pod)
+    if result_has_interfaces(cni_version):
+        assert res["interfaces"][2]["mac"] == mac
     rules = ruleset(lab)
-    assert "table bridge cnichain_macspoof" in rules and res["interfaces"][2]["mac"] in rules
+    assert "table bridge cnichain_macspoof" in rules and mac in rules
     assert ping(lab, pod, "10.77.0.1")
     lab.run(pod, "ip", "link", "set", "eth0", "address", "02:de:ad:be:ef:01")
     lab.run(lab.node, "ip", "neigh", "flush", "dev", "cni0")
     assert not ping(lab, pod, "10.77.0.1")
-    lab.run(pod, "ip", "link", "set", "eth0", "address", res["interfaces"][2]["mac"])
+    lab.run(pod, "ip", "link", "set", "eth0", "address", mac)
     assert ping(lab, pod, "10.77.0.1", count=2) or ping(lab, pod, "10.77.0.1")
     runtime.delete(conf, att)
     assert "id: c1" not in ruleset(lab)
@@ -375,27 +435,31 @@ def _vlan_filtering_supported(lab) -> bool:
     return ok.returncode == 0
 
 
-def test_vlan_port(lab, runtime):
+def test_vlan_port(lab, runtime, cni_version):
     if not _vlan_filtering_supported(lab):
         pytest.skip("kernel built without bridge VLAN filtering")
-    conf = ConfList.from_dict({"cniVersion": "1.0.0", "name": "vl", "plugins": [
+    conf = ConfList.from_dict({"cniVersion": cni_version, "name": "vl", "plugins": [
         {"type": "bridge", "bridge": "brv", "vlan": 100}]})
     pod = lab.netns("pod")
     res = runtime.add(conf, Attachment("c1", pod, "eth0"))
-    show = lab.run(lab.node, "bridge", "vlan", "show", "dev", res["interfaces"][1]["name"]).stdout
+    assert_result_shape(res, cni_version)
+    (host_veth,) = bridge_ports(lab, "brv")
+    show = lab.run(lab.node, "bridge", "vlan", "show", "dev", host_veth).stdout
     assert "100 PVID" in show.replace("  ", " ") and " 1 " not in show
 
 
-def test_vlan_unsupported_kernel_is_a_clear_error(lab, runtime):
+def test_vlan_unsupported_kernel_is_a_clear_error(lab, runtime, cni_version):
     if _vlan_filtering_supported(lab):
         pytest.skip("kernel supports VLAN filtering")
-    conf = ConfList.from_dict({"cniVersion": "1.0.0", "name": "vl", "plugins": [
+    conf = ConfList.from_dict({"cniVersion": cni_version, "name": "vl", "plugins": [
         {"type": "bridge", "bridge": "brv", "vlan": 100}]})
-    with pytest.raises(PluginFailed, match='failed to create bridge "brv"'):
+    with pytest.raises(PluginFailed) as info:
         runtime.add(conf, Attachment("c1", lab.netns("pod"), "eth0"))
+    assert_failed(info.value, Code.INTERNAL, 'failed to create bridge "brv"', prefix=True)
 
 
 def test_gc_removes_rules_of_unknown_attachments(lab, runtime):
+    """Single: GC exists at 1.1.0 only."""
     if not _our_host_local(runtime):
         pytest.skip("GC needs an IPAM plugin that speaks CNI 1.1")
     conf = bridge_conf(lab, version="1.1.0", ipMasq=True)
@@ -416,18 +480,26 @@ def _pod_view(lab, pod) -> tuple[str, str]:
     return [a for a in addrs if "/" in a][0], routes
 
 
-def test_same_observable_state_as_reference(lab, make_runtime, plugin_dir, reference_dir):
+@pytest.mark.parametrize("cni_version", [v for v in ALL_VERSIONS if not expects_gc(v)])  # Debian's bridge stops at 1.0.0
+def test_same_observable_state_as_reference(lab, make_runtime, plugin_dir, reference_dir, cni_version):
     ours, ref = make_runtime([plugin_dir, reference_dir]), make_runtime([reference_dir])
     p1, p2 = lab.netns("p1"), lab.netns("p2")
-    res_ours = ours.add(bridge_conf(lab, name="ours", isDefaultGateway=True, routes=[]), Attachment("c1", p1, "eth0"))
-    res_ref = ref.add(bridge_conf(lab, name="ref", subnets=("10.76.0.0/24",), isDefaultGateway=True, routes=[],
-                                  bridge="cni1"), Attachment("c2", p2, "eth0"))
-    assert res_ours["ips"] == [{"interface": 2, "address": "10.77.0.2/24", "gateway": "10.77.0.1"}]
-    assert res_ref["ips"] == [{"interface": 2, "address": "10.76.0.2/24", "gateway": "10.76.0.1"}]
-    assert res_ours["routes"] == [{"dst": "0.0.0.0/0", "gw": "10.77.0.1"}]
-    assert res_ref["routes"] == [{"dst": "0.0.0.0/0", "gw": "10.76.0.1"}]
-    assert [sorted(i) for i in res_ours["interfaces"]] == [sorted(i) for i in res_ref["interfaces"]]
-    assert [i["name"][:4] for i in res_ours["interfaces"][1:]] == [i["name"][:4] for i in res_ref["interfaces"][1:]]
+    res_ours = ours.add(bridge_conf(lab, version=cni_version, name="ours", isDefaultGateway=True, routes=[]),
+                        Attachment("c1", p1, "eth0"))
+    res_ref = ref.add(bridge_conf(lab, version=cni_version, name="ref", subnets=("10.76.0.0/24",),
+                                  isDefaultGateway=True, routes=[], bridge="cni1"), Attachment("c2", p2, "eth0"))
+    for res in (res_ours, res_ref):
+        assert_result_shape(res, cni_version)
+    # the same result, field for field, at every version: only the subnet and link names differ
+    assert set(res_ref) - {"dns"} == set(res_ours) - {"dns"}
+    assert result_ips(res_ours) == [json.loads(json.dumps(ip).replace("10.76.", "10.77.")) for ip in result_ips(res_ref)]
+    assert [(ip["address"], ip["gateway"]) for ip in result_ips(res_ours)] == [("10.77.0.2/24", "10.77.0.1")]
+    assert result_routes(res_ours) == [{"dst": "0.0.0.0/0", "gw": "10.77.0.1"}]
+    assert result_routes(res_ref) == [{"dst": "0.0.0.0/0", "gw": "10.76.0.1"}]
+    if result_has_interfaces(cni_version):
+        assert res_ours["ips"][0]["interface"] == 2
+        assert [sorted(i) for i in res_ours["interfaces"]] == [sorted(i) for i in res_ref["interfaces"]]
+        assert [i["name"][:4] for i in res_ours["interfaces"][1:]] == [i["name"][:4] for i in res_ref["interfaces"][1:]]
     view_ours, view_ref = _pod_view(lab, p1), _pod_view(lab, p2)
     assert view_ours[0] == "10.77.0.2/24" and view_ref[0] == "10.76.0.2/24"
     assert view_ours[1].replace("10.77.", "X.") == view_ref[1].replace("10.76.", "X.")
@@ -442,6 +514,7 @@ def test_same_observable_state_as_reference(lab, make_runtime, plugin_dir, refer
     "podman-87-podman-bridge.conflist",
 ])
 def test_corpus_bridge_entries_work_unchanged(lab, runtime, corpus_file):
+    """Single per file: each corpus file carries its own cniVersion."""
     with open(os.path.join(CORPUS, corpus_file)) as fh:
         data = json.load(fh)
     entry = next(p for p in data["plugins"] if p["type"] == "bridge")
@@ -460,6 +533,7 @@ def test_corpus_bridge_entries_work_unchanged(lab, runtime, corpus_file):
 
 
 def test_shipped_conflist_works(lab, runtime):
+    """Single: the shipped file carries its own cniVersion (the per-version cases are above)."""
     from cnichain.cli.lab import isolate_conflist
 
     path = os.path.join(os.path.dirname(__file__), "..", "..", "conflists", "bridge-host-local.conflist")

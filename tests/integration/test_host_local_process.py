@@ -1,6 +1,12 @@
 """host-local as a real process: concurrency, crash safety, state shared with the reference plugin.
 
 No namespaces are needed (host-local never touches the network); everything lives in a tmp dataDir.
+
+As in the reference's host_local_test.go, the allocation cases run once per spec version
+(``cni_version``; with the reference binary: the versions it speaks), checking the version's result
+shape and CHECK rule (tests/specver.py).  Single on purpose: VERSION, and the two races (50
+parallel ADDs, SIGKILL mid-allocation), which are about file state under concurrency and send the
+same bytes whatever the version.
 """
 
 from __future__ import annotations
@@ -12,10 +18,19 @@ import stat
 import subprocess
 import sys
 import time
+from typing import Optional
 
 import pytest
 
 import cnichain.common
+from tests.specver import (
+    REFERENCE_PLUGIN_VERSIONS,
+    assert_check_refused,
+    assert_cni_error,
+    assert_result_shape,
+    expects_check,
+    result_ips,
+)
 
 REFERENCE = os.path.join(os.environ.get("CNICHAIN_REFERENCE_DIR", "/usr/lib/cni"), "host-local")
 
@@ -111,26 +126,29 @@ def test_fifty_parallel_adds_get_distinct_addresses(tmp_path, module_path):
     assert sorted(files.values()) == sorted(f"ctr{i}\r\neth0".encode() for i in range(50))
 
 
-def test_file_modes(tmp_path, ours):
-    assert ours("ADD", conf(tmp_path))[0] == 0
+def test_file_modes(tmp_path, ours, cni_version):
+    code, out = ours("ADD", conf(tmp_path, version=cni_version))
+    assert code == 0, out
+    assert_result_shape(out, cni_version)
     d = tmp_path / "hlnet"
     for name in os.listdir(d):
         assert stat.S_IMODE(os.stat(d / name).st_mode) == 0o600, name
 
 
-def test_crash_leftovers_do_not_block_addresses(tmp_path, ours):
+def test_crash_leftovers_do_not_block_addresses(tmp_path, ours, cni_version):
     """What a kill can leave: our temp file, or (the reference's window) an empty reservation."""
     d = tmp_path / "hlnet"
     d.mkdir()
     for ip in ("10.20.0.2", "10.20.0.3"):
         (d / ip).write_bytes(b"")
     (d / ".cnichain-tmp-4242-00000000").write_bytes(b"ctr7\r\neth0")
-    small = conf(tmp_path, "10.20.0.0/29")  # .2 .. .6 allocatable
+    small = conf(tmp_path, "10.20.0.0/29", version=cni_version)  # .2 .. .6 allocatable
     got = []
     for i in range(5):
         code, out = ours("ADD", small, cid=f"c{i}")
         assert code == 0, out
-        got.append(out["ips"][0]["address"])
+        assert_result_shape(out, cni_version)
+        got.append(result_ips(out)[0]["address"])
     assert sorted(got) == [f"10.20.0.{n}/29" for n in range(2, 7)]
     assert not [n for n in os.listdir(d) if n.startswith(".cnichain-tmp-")]
 
@@ -165,36 +183,50 @@ def test_sigkill_mid_allocation_never_leaves_a_permanent_block(tmp_path, module_
     assert len(got) == 13
 
 
-def test_reference_allocates_we_release(tmp_path, ours, reference):
-    c = conf(tmp_path)
+def assert_check(outcome: tuple[int, Optional[dict]], version: str) -> None:
+    """CHECK passed where the version has it, and was refused (code 1) below 0.4.0."""
+    if expects_check(version):
+        assert outcome == (0, None)
+    else:
+        assert_check_refused(*outcome)
+
+
+@pytest.mark.parametrize("version", REFERENCE_PLUGIN_VERSIONS)
+def test_reference_allocates_we_release(tmp_path, ours, reference, version):
+    c = conf(tmp_path, version=version)
     code, out = reference("ADD", c, cid="refctr")
     assert code == 0, out
-    assert ours("CHECK", c, cid="refctr") == (0, None)
+    assert_check(ours("CHECK", c, cid="refctr"), version)
     # our allocator continues the reference's round robin
     code, mine = ours("ADD", c, cid="ourctr")
-    assert code == 0 and mine["ips"][0]["address"] == "10.20.0.3/24"
+    assert code == 0 and result_ips(mine)[0]["address"] == "10.20.0.3/24"
+    assert_result_shape(mine, version)
     assert ours("DEL", c, cid="refctr") == (0, None)
     assert sorted(reservations(tmp_path)) == ["10.20.0.3"]
 
 
-def test_we_allocate_reference_releases(tmp_path, ours, reference):
-    c = conf(tmp_path)
+@pytest.mark.parametrize("version", REFERENCE_PLUGIN_VERSIONS)
+def test_we_allocate_reference_releases(tmp_path, ours, reference, version):
+    c = conf(tmp_path, version=version)
     assert ours("ADD", c, cid="ourctr")[0] == 0
-    assert reference("CHECK", c, cid="ourctr") == (0, None)
+    assert_check(reference("CHECK", c, cid="ourctr"), version)
     code, out = reference("ADD", c, cid="refctr")
-    assert code == 0 and out["ips"][0]["address"] == "10.20.0.3/24"
+    assert code == 0 and result_ips(out)[0]["address"] == "10.20.0.3/24"
     assert reference("DEL", c, cid="ourctr") == (0, None)
     assert sorted(reservations(tmp_path)) == ["10.20.0.3"]
 
 
-def test_reference_duplicate_check_sees_our_reservation(tmp_path, ours, reference):
-    c = conf(tmp_path)
+@pytest.mark.parametrize("version", REFERENCE_PLUGIN_VERSIONS)
+def test_reference_duplicate_check_sees_our_reservation(tmp_path, ours, reference, version):
+    c = conf(tmp_path, version=version)
     assert ours("ADD", c, cid="same")[0] == 0
     code, out = reference("ADD", c, cid="same")
-    assert code == 1 and "duplicate allocation is not allowed" in out["msg"]
+    assert code == 1
+    assert_cni_error(out, 999, "failed to allocate for range 0: 10.20.0.2 has been allocated to same, "
+                               "duplicate allocation is not allowed")
 
 
-@pytest.mark.parametrize("version", ["0.2.0", "0.4.0", "1.0.0"])
+@pytest.mark.parametrize("version", REFERENCE_PLUGIN_VERSIONS)
 def test_same_result_as_reference(tmp_path, ours, reference, version):
     """Same config, fresh dirs: identical output except libcni-version dns/field differences."""
     a, b = tmp_path / "a", tmp_path / "b"
@@ -203,6 +235,7 @@ def test_same_result_as_reference(tmp_path, ours, reference, version):
         c["ipam"]["routes"] = [{"dst": "0.0.0.0/0", "gw": "10.20.0.1"}]
     ref = reference("ADD", c_ref)
     mine = ours("ADD", c_ours)
+    assert_result_shape(mine[1], version)
     ref[1].pop("dns", None)
     mine[1].pop("dns", None)
     assert mine == ref

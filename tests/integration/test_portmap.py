@@ -3,6 +3,13 @@
 Topology per test: the lab's node namespace runs the reference bridge + host-local and our
 portmap (the Runtime, like containerd); a "client" namespace is wired to the node on
 192.168.77.0/24 and fd77::/64 and plays a remote machine.
+
+As in the reference's portmap_integ_test.go, each kernel case runs once per spec version with
+chaining (``chained_version``: 0.3.0 on; cases about what CHECK detects: ``check_version``), and
+checks the version's prevResult pass-through and CHECK rule (tests/specver.py).  Single on
+purpose: the 20-pod race (kernel-state concurrency, nothing version-dependent), GC (1.1.0 only),
+and the config refusal of bad conditions (rejected while parsing, before any version-dependent
+step).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import pytest
 from cnichain.cli.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common.types import Result
 from cnichain.plugins.portmap import names, rebuild as slow
+from tests.specver import assert_check_refused, assert_cni_error, assert_failed, check_as_runtime, expects_check
 
 pytestmark = pytest.mark.integration
 
@@ -101,14 +109,15 @@ def table(lab):
     return slow.Snapshot.from_json(json.loads(out.stdout)["nftables"])
 
 
-def test_traffic_v4_v6_localhost_hairpin_then_del(lab, node):
+def test_traffic_v4_v6_localhost_hairpin_then_del(lab, node, chained_version):
     runtime, client = node
-    conf = bridge_conflist(lab)
+    conf = bridge_conflist(lab, version=chained_version)
     pod = lab.netns("pod")
     pms = [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
            {"hostPort": 5353, "containerPort": 53, "protocol": "UDP"}]
     att = Attachment("ctr-traffic", pod, "eth0", capability_args={"portMappings": pms})
     result = runtime.add(conf, att)
+    assert result["cniVersion"] == chained_version and "interfaces" in result
     ips = pod_ips(result)
     assert set(ips) == {4, 6}
     wait_no_tentative(lab, lab.node)  # a fresh bridge's IPv6 gateway answers only after DAD
@@ -122,7 +131,7 @@ def test_traffic_v4_v6_localhost_hairpin_then_del(lab, node):
         assert lab.run(lab.node, "sysctl", "-n", "net.ipv4.conf.cni0.route_localnet").stdout.strip() == "1"
         assert fetch(lab, pod, "10.77.0.1", 8080) == "tcp-pod"  # hairpin via the node
         assert fetch(lab, pod, NODE4, 8080) == "tcp-pod"
-        runtime.check(conf, att)
+        check_as_runtime(runtime, conf, att)
 
         # a non-local destination on the same port is routed, not intercepted (reference PR #1210)
         other = lab.netns("other")
@@ -148,12 +157,12 @@ def test_traffic_v4_v6_localhost_hairpin_then_del(lab, node):
             s.wait()
 
 
-def test_containerd_shaped_port_mappings(lab, node):
+def test_containerd_shaped_port_mappings(lab, node, chained_version):
     """containerd's go-cni marshals port mappings from a struct without json tags, with an empty
     HostIP for "any": the mapping must work exactly as its camelCase twin (and DEL, which gets the
     same capability args again, must remove it)."""
     runtime, client = node
-    conf = bridge_conflist(lab, dual=False)
+    conf = bridge_conflist(lab, version=chained_version, dual=False)
     pod = lab.netns("pod")
     pms = [{"HostPort": 8080, "ContainerPort": 80, "Protocol": "tcp", "HostIP": ""},
            {"HostPort": 8081, "ContainerPort": 80, "Protocol": "tcp", "HostIP": NODE4}]
@@ -163,7 +172,7 @@ def test_containerd_shaped_port_mappings(lab, node):
     try:
         assert fetch(lab, client, NODE4, 8080) == "containerd-pod"
         assert fetch(lab, client, NODE4, 8081) == "containerd-pod"
-        runtime.check(conf, att)
+        check_as_runtime(runtime, conf, att)
     finally:
         srv.kill()
         srv.wait()
@@ -172,10 +181,10 @@ def test_containerd_shaped_port_mappings(lab, node):
     assert table(lab).owners() == []
 
 
-def test_host_ip_answers_only_on_that_address(lab, node):
+def test_host_ip_answers_only_on_that_address(lab, node, chained_version):
     runtime, client = node
     lab.run(lab.node, "ip", "addr", "add", "192.168.77.10/24", "dev", f"n{lab.run_id}cli")
-    conf = bridge_conflist(lab, dual=False)
+    conf = bridge_conflist(lab, version=chained_version, dual=False)
     pod = lab.netns("pod")
     att = Attachment("ctr-hostip", pod, "eth0", capability_args={"portMappings": [
         {"hostPort": 8080, "containerPort": 80, "protocol": "tcp", "hostIP": "192.168.77.10"},
@@ -186,7 +195,7 @@ def test_host_ip_answers_only_on_that_address(lab, node):
         assert fetch(lab, client, "192.168.77.10", 8080) == "hostip-pod"
         assert fetch(lab, client, NODE4, 8080) == ""
         assert fetch(lab, client, NODE4, 8081) == "hostip-pod"  # 0.0.0.0 means any address
-        runtime.check(conf, att)
+        check_as_runtime(runtime, conf, att)
     finally:
         srv.kill()
         srv.wait()
@@ -198,11 +207,11 @@ def _sctp_supported(lab) -> bool:
     return lab.run(lab.node, "python3", "-c", probe, check=False).returncode == 0
 
 
-def test_sctp(lab, node):
+def test_sctp(lab, node, chained_version):
     if not _sctp_supported(lab):
         pytest.skip("this kernel has no SCTP")
     runtime, client = node
-    conf = bridge_conflist(lab, dual=False)
+    conf = bridge_conflist(lab, version=chained_version, dual=False)
     pod = lab.netns("pod")
     att = Attachment("ctr-sctp", pod, "eth0", capability_args={"portMappings": [{"hostPort": 9999, "containerPort": 99, "protocol": "sctp"}]})
     runtime.add(conf, att)
@@ -215,11 +224,11 @@ def test_sctp(lab, node):
     runtime.delete(conf, att)
 
 
-def test_two_pods_share_a_host_port_and_dels_touch_only_their_own(lab, node):
+def test_two_pods_share_a_host_port_and_dels_touch_only_their_own(lab, node, chained_version):
     """A sandbox recreated before the old one's DEL: both claim 8080; the older one serves until
     its DEL, then the newer one takes over; neither DEL disturbs the other."""
     runtime, client = node
-    conf = bridge_conflist(lab, dual=False)
+    conf = bridge_conflist(lab, version=chained_version, dual=False)
     pods = {}
     servers = []
     try:
@@ -232,13 +241,13 @@ def test_two_pods_share_a_host_port_and_dels_touch_only_their_own(lab, node):
         bucket = names.bucket_chain("any/4/tcp/8080")
         assert table(lab).elements["any/4/tcp/8080"] == bucket
         assert fetch(lab, client, NODE4, 8080) == "old"
-        runtime.check(conf, pods["old"])
-        runtime.check(conf, pods["new"])
+        check_as_runtime(runtime, conf, pods["old"])
+        check_as_runtime(runtime, conf, pods["new"])
         runtime.delete(conf, pods["old"])
         assert fetch(lab, client, NODE4, 8080) == "new"
         snap = table(lab)
         assert snap.elements["any/4/tcp/8080"].startswith("c-") and bucket not in snap.chains
-        runtime.check(conf, pods["new"])
+        check_as_runtime(runtime, conf, pods["new"])
         runtime.delete(conf, pods["new"])
         assert fetch(lab, client, NODE4, 8080) == ""
         assert table(lab).chains.keys() <= {"prerouting", "output", "postrouting", "hostports"}
@@ -301,43 +310,52 @@ def test_contract_per_version(lab, plugin_dir, routed, cni_version):
     assert out == prev  # passed through unchanged, in the config's version
     owner = names.owner_id("pmsyn", "c-ver")
     assert owner in table(lab).owners()
-    if cni_version >= "0.4.0":
-        code, out = run_plugin(lab, plugin_dir, "CHECK", pm_conf(cni_version, prev, mappings), "c-ver")
+    code, out = run_plugin(lab, plugin_dir, "CHECK", pm_conf(cni_version, prev, mappings), "c-ver")
+    if expects_check(cni_version):
         assert code == 0 and out is None, out
+    else:
+        assert_check_refused(code, out)
     # DEL without portMappings and without prevResult still removes the rules; CNI_NETNS gone
     code, out = run_plugin(lab, plugin_dir, "DEL", pm_conf(cni_version), "c-ver", netns="/var/run/netns/gone-away")
     assert code == 0, out
     assert table(lab).owners() == []
     code, out = run_plugin(lab, plugin_dir, "DEL", pm_conf(cni_version, prev, mappings), "c-ver", netns="")
     assert code == 0, out
-    if cni_version >= "0.4.0":
+    if expects_check(cni_version):
         code, out = run_plugin(lab, plugin_dir, "CHECK", pm_conf(cni_version, prev, mappings), "c-ver")
-        assert code == 1 and "missing hostport rules" in out["msg"]
+        assert code == 1
+        assert_cni_error(out, 999, f'missing hostport rules: chain "c-{owner}" not found')
 
 
-def test_readd_replaces_and_shared_ip_is_kept(lab, plugin_dir, routed):
-    prev = synthetic_prev(3, "1.0.0")
+def test_readd_replaces_and_shared_ip_is_kept(lab, plugin_dir, routed, chained_version):
+    version = chained_version
+    prev = synthetic_prev(3, version)
     m1 = [{"hostPort": 8080, "containerPort": 80}]
     m2 = [{"hostPort": 9090, "containerPort": 90}]
-    assert run_plugin(lab, plugin_dir, "ADD", pm_conf("1.0.0", prev, m1), "a")[0] == 0
-    assert run_plugin(lab, plugin_dir, "ADD", pm_conf("1.0.0", prev, m2), "a")[0] == 0  # no DEL between
-    assert run_plugin(lab, plugin_dir, "ADD", pm_conf("1.0.0", prev, m1), "b")[0] == 0  # same IP as a
+    assert run_plugin(lab, plugin_dir, "ADD", pm_conf(version, prev, m1), "a") == (0, prev)
+    assert run_plugin(lab, plugin_dir, "ADD", pm_conf(version, prev, m2), "a") == (0, prev)  # no DEL between
+    assert run_plugin(lab, plugin_dir, "ADD", pm_conf(version, prev, m1), "b") == (0, prev)  # same IP as a
     snap = table(lab)
     a, b = names.owner_id("pmsyn", "a"), names.owner_id("pmsyn", "b")
     assert sorted(snap.keys(a)[0]) == ["any/4/tcp/9090", "any/6/tcp/9090"]
     assert snap.elements["any/4/tcp/8080"] == f"c-{b}"
     assert snap.elements["masq/10.66.0.5"] == names.bucket_chain("masq/10.66.0.5")
-    assert run_plugin(lab, plugin_dir, "DEL", pm_conf("1.0.0"), "a")[0] == 0
+    assert run_plugin(lab, plugin_dir, "DEL", pm_conf(version), "a") == (0, None)
     snap = table(lab)
     assert snap.owners() == [b]
     assert snap.elements == {"any/4/tcp/8080": f"c-{b}", "any/6/tcp/8080": f"c-{b}",
                              "masq/10.66.0.5": f"m-{b}", "masq/fd66::5": f"m-{b}"}
-    assert run_plugin(lab, plugin_dir, "CHECK", pm_conf("1.0.0", prev, m1), "b")[0] == 0
+    check = run_plugin(lab, plugin_dir, "CHECK", pm_conf(version, prev, m1), "b")
+    if expects_check(version):
+        assert check == (0, None)
+    else:
+        assert_check_refused(*check)
 
 
 def test_parallel_add_del_of_20_pods(lab, plugin_dir, routed):
     """20 pods added in parallel (half of them sharing a host port), then 10 deleted while 5
-    more are added: exactly the survivors' mappings remain."""
+    more are added: exactly the survivors' mappings remain.  Single version: a race on kernel
+    state, which the version of the configs does not change."""
     def mappings(i):
         return [{"hostPort": 7000 if i % 2 else 20000 + i, "containerPort": 80},
                 {"hostPort": 30000 + i, "containerPort": 53, "protocol": "udp"}]
@@ -384,6 +402,7 @@ def test_parallel_add_del_of_20_pods(lab, plugin_dir, routed):
 
 
 def test_gc_removes_containers_not_listed(lab, plugin_dir, routed):
+    """Single: GC exists at 1.1.0 only."""
     for i, cid in enumerate(("keep", "gone1", "gone2")):
         conf = pm_conf("1.1.0", synthetic_prev(i, "1.1.0"), [{"hostPort": 8000 + i, "containerPort": 80}])
         assert run_plugin(lab, plugin_dir, "ADD", conf, cid)[0] == 0
@@ -398,6 +417,7 @@ def test_gc_removes_containers_not_listed(lab, plugin_dir, routed):
 
 
 def test_bad_conditions_leave_nothing_behind(lab, plugin_dir, routed):
+    """Single version: the config is refused while parsing, before any version-dependent step."""
     conf = pm_conf("1.0.0", synthetic_prev(1, "1.0.0"), [{"hostPort": 8080, "containerPort": 80}],
                    conditionsV4=["ip", "saddr", "not-an-address"])
     code, out = run_plugin(lab, plugin_dir, "ADD", conf, "badcond")
@@ -411,9 +431,9 @@ def test_bad_conditions_leave_nothing_behind(lab, plugin_dir, routed):
     assert run_plugin(lab, plugin_dir, "ADD", good, "goodcond")[0] == 0
 
 
-def test_udp_conntrack_flushed_on_add(lab, node):
+def test_udp_conntrack_flushed_on_add(lab, node, chained_version):
     runtime, client = node
-    conf = bridge_conflist(lab, dual=False)
+    conf = bridge_conflist(lab, version=chained_version, dual=False)
     # conntrack runs in a namespace once some rule needs it (here: a test-owned table)
     lab.run(lab.node, "nft", "add table ip pmtest; add chain ip pmtest c { type filter hook prerouting priority 0; }; add rule ip pmtest c ct state new accept")
     # a client already talking to the port before the mapping exists leaves a conntrack entry
@@ -428,15 +448,16 @@ def test_udp_conntrack_flushed_on_add(lab, node):
     runtime.delete(conf, att)
 
 
-def test_check_reports_a_hand_flushed_shared_chain(lab, node):
+def test_check_reports_a_hand_flushed_shared_chain(lab, node, check_version):
     """ADD does not redeclare the shared chains (that costs ~15 ms per exec), so CHECK watches them."""
     runtime, _client = node
-    conf = bridge_conflist(lab, dual=False)
+    conf = bridge_conflist(lab, version=check_version, dual=False)
     att = Attachment("ctr-shared", lab.netns("pod"), "eth0",
                      capability_args={"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]})
     runtime.add(conf, att)
     runtime.check(conf, att)
     lab.run(lab.node, "nft", "flush", "chain", "inet", names.TABLE, "prerouting")
-    with pytest.raises(PluginFailed, match='shared chain "prerouting"'):
+    with pytest.raises(PluginFailed) as info:
         runtime.check(conf, att)
+    assert_failed(info.value, 999, f'missing hostport rules in shared chain "prerouting" of table inet {names.TABLE}')
     runtime.delete(conf, Attachment("ctr-shared", att.netns, "eth0"))

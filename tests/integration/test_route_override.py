@@ -1,6 +1,11 @@
 """route-override against a real kernel: the pod's IPv4 and IPv6 routes read back after ADD, CHECK
 and DEL for every spec version; kernel errors reported; the README conflist run unchanged behind
 bridge + host-local, with traffic through the route it adds.
+
+Each kernel case runs once per spec version (``cni_version``; cases about what CHECK detects:
+``check_version``), checking the version's result shape, prevResult conversion and CHECK rule
+(tests/specver.py).  Single on purpose: a missing prevResult through the runtime (refused while
+reading the config, before any version-dependent step).
 """
 
 from __future__ import annotations
@@ -12,7 +17,20 @@ import subprocess
 import pytest
 
 from cnichain.cli.runtime import Attachment, ConfList, PluginFailed
+from cnichain.common.errors import Code
 from cnichain.common.types import Result, Route
+from tests.specver import (
+    assert_check_refused,
+    assert_cni_error,
+    assert_failed,
+    assert_result_shape,
+    check_as_runtime,
+    expects_check,
+    expects_gc,
+    ips_carry_version,
+    result_has_interfaces,
+    result_routes,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -56,13 +74,13 @@ def routes(lab, pod) -> set[tuple[str, str]]:
 
 
 def prev_result(version, netns) -> dict:
-    if version in ("0.1.0", "0.2.0"):
+    if not result_has_interfaces(version):
         return {"cniVersion": version,
                 "ip4": {"ip": "10.1.0.5/24", "gateway": "10.1.0.1",
                         "routes": [{"dst": "0.0.0.0/0"}, {"dst": "10.9.0.0/16", "gw": "10.1.0.1"}]},
                 "ip6": {"ip": "2001:db8::5/64", "gateway": "2001:db8::1", "routes": [{"dst": "::/0"}]}}
-    v4 = {"version": "4"} if version < "1.0.0" else {}
-    v6 = {"version": "6"} if version < "1.0.0" else {}
+    v4 = {"version": "4"} if ips_carry_version(version) else {}
+    v6 = {"version": "6"} if ips_carry_version(version) else {}
     return {"cniVersion": version,
             "interfaces": [{"name": "cni0", "mac": "0a:58:0a:01:00:01"}, {"name": "eth0", "mac": "0a:58:0a:01:00:05", "sandbox": netns}],
             "ips": [{"address": "10.1.0.5/24", "gateway": "10.1.0.1", "interface": 1, **v4},
@@ -102,11 +120,14 @@ def test_add_check_del_in_every_version(lab, plugin_dir, cni_version):
     # both defaults (flushgateway) and 10.9.0.0/16 (delroutes) go; the addroutes follow
     expected.routes = [Route("192.168.0.0/24", "10.1.0.254"), Route("2001:db9::/64", "2001:db8::1")]
     assert out == expected.to_dict(cni_version)
+    assert_result_shape(out, cni_version)
     assert routes(lab, pod) == AFTER
 
-    if cni_version >= "0.4.0":
-        rc, out_check, err = exec_plugin(lab, plugin_dir, "CHECK", dict(conf, prevResult=out), pod)
+    rc, out_check, err = exec_plugin(lab, plugin_dir, "CHECK", dict(conf, prevResult=out), pod)
+    if expects_check(cni_version):
         assert (rc, out_check) == (0, None), err
+    else:
+        assert_check_refused(rc, out_check)
     for _ in range(2):
         rc, out_del, err = exec_plugin(lab, plugin_dir, "DEL", dict(conf, prevResult=out), pod)
         assert (rc, out_del) == (0, None), err
@@ -122,67 +143,80 @@ def test_no_keys_is_a_pass_through(lab, plugin_dir, cni_version):
     assert routes(lab, pod) == before
 
 
-def test_flushroutes_keeps_connected_and_link_local(lab, plugin_dir):
+def test_flushroutes_keeps_connected_and_link_local(lab, plugin_dir, cni_version):
     pod = make_pod(lab)
-    conf = ro_conf("1.1.0", pod, flushroutes=True, addroutes=[{"dst": "192.168.0.0/24", "gw": "10.1.0.254"}])
+    conf = ro_conf(cni_version, pod, flushroutes=True, addroutes=[{"dst": "192.168.0.0/24", "gw": "10.1.0.254"}])
     rc, out, _ = exec_plugin(lab, plugin_dir, "ADD", conf, pod)
-    assert rc == 0 and out["routes"] == [{"dst": "192.168.0.0/24", "gw": "10.1.0.254"}]
+    assert rc == 0
+    assert_result_shape(out, cni_version)
+    assert result_routes(out) == [{"dst": "192.168.0.0/24", "gw": "10.1.0.254"}]
     assert routes(lab, pod) == {("10.1.0.0/24", ""), ("2001:db8::/64", ""), ("fe80::/64", ""), ("192.168.0.0/24", "10.1.0.254")}
-    assert exec_plugin(lab, plugin_dir, "CHECK", dict(conf, prevResult=out), pod)[0] == 0
+    rc, out_check, _ = exec_plugin(lab, plugin_dir, "CHECK", dict(conf, prevResult=out), pod)
+    if expects_check(cni_version):
+        assert (rc, out_check) == (0, None)
+    else:
+        assert_check_refused(rc, out_check)
     # the peer interface is not the pod's result interface: its routes are untouched
     assert "fe80::/64" in lab.run(pod, "ip", "-6", "route", "show", "dev", "peer0").stdout
 
 
-def test_kernel_errors_are_reported(lab, plugin_dir):
+def test_kernel_errors_are_reported(lab, plugin_dir, cni_version):
     pod = make_pod(lab)
-    conf = ro_conf("1.0.0", pod, addroutes=[{"dst": "192.168.0.0/24", "gw": "10.99.0.1"}])
+    conf = ro_conf(cni_version, pod, addroutes=[{"dst": "192.168.0.0/24", "gw": "10.99.0.1"}])
     rc, out, _ = exec_plugin(lab, plugin_dir, "ADD", conf, pod)
-    assert rc == 1 and out["msg"] == "failed to add route 192.168.0.0/24 via 10.99.0.1 dev eth0: Network is unreachable"
+    assert rc == 1
+    assert_cni_error(out, 999, "failed to add route 192.168.0.0/24 via 10.99.0.1 dev eth0: Network is unreachable")
     # a route that clashes with an existing one is an error too, an identical one is not
-    conf = ro_conf("1.0.0", pod, addroutes=[{"dst": "10.9.0.0/16", "gw": "10.1.0.7"}])
+    conf = ro_conf(cni_version, pod, addroutes=[{"dst": "10.9.0.0/16", "gw": "10.1.0.7"}])
     rc, out, _ = exec_plugin(lab, plugin_dir, "ADD", conf, pod)
-    assert rc == 1 and "File exists" in out["msg"]
-    conf = ro_conf("1.0.0", pod, addroutes=[{"dst": "10.9.0.0/16", "gw": "10.1.0.1"}])
+    assert rc == 1
+    assert_cni_error(out, 999, "failed to add route 10.9.0.0/16 via 10.1.0.7 dev eth0: File exists")
+    conf = ro_conf(cni_version, pod, addroutes=[{"dst": "10.9.0.0/16", "gw": "10.1.0.1"}])
     assert exec_plugin(lab, plugin_dir, "ADD", conf, pod)[0] == 0
 
 
-def test_check_detects_drift_and_skipcheck(lab, plugin_dir):
+def test_check_detects_drift_and_skipcheck(lab, plugin_dir, check_version):
     pod = make_pod(lab)
-    conf = ro_conf("1.0.0", pod, **KEYS)
+    conf = ro_conf(check_version, pod, **KEYS)
     rc, out, _ = exec_plugin(lab, plugin_dir, "ADD", conf, pod)
     assert rc == 0
     check = dict(conf, prevResult=out)
     lab.run(pod, "ip", "route", "add", "default", "via", "10.1.0.1")
     rc, out_check, _ = exec_plugin(lab, plugin_dir, "CHECK", check, pod)
-    assert rc == 1 and out_check["msg"].startswith("route-override: route is not removed: 0.0.0.0/0 via 10.1.0.1")
+    assert rc == 1
+    assert_cni_error(out_check, 999, "route-override: route is not removed: 0.0.0.0/0 via 10.1.0.1", prefix=True)
     lab.run(pod, "ip", "route", "del", "default")
     lab.run(pod, "ip", "route", "del", "192.168.0.0/24")
     rc, out_check, _ = exec_plugin(lab, plugin_dir, "CHECK", check, pod)
-    assert rc == 1 and out_check["msg"] == "route-override: route 192.168.0.0/24 is missing from the pod"
+    assert rc == 1
+    assert_cni_error(out_check, 999, "route-override: route 192.168.0.0/24 is missing from the pod")
     assert exec_plugin(lab, plugin_dir, "CHECK", dict(check, skipcheck=True), pod)[0] == 0
 
 
-def test_args_cni_override(lab, plugin_dir):
+def test_args_cni_override(lab, plugin_dir, cni_version):
     pod = make_pod(lab)
-    conf = ro_conf("1.0.0", pod, flushgateway=False, args={"cni": {"flushgateway": True}})
+    conf = ro_conf(cni_version, pod, flushgateway=False, args={"cni": {"flushgateway": True}})
     rc, out, _ = exec_plugin(lab, plugin_dir, "ADD", conf, pod)
-    assert rc == 0 and [r["dst"] for r in out["routes"]] == ["10.9.0.0/16"]
+    assert rc == 0 and [r["dst"] for r in result_routes(out)] == ["10.9.0.0/16"]
+    assert_result_shape(out, cni_version)
     assert ("default", "10.1.0.1") not in routes(lab, pod) and ("default", "2001:db8::1") not in routes(lab, pod)
 
 
-def test_netns_gone(lab, plugin_dir):
+def test_netns_gone(lab, plugin_dir, cni_version):
     pod = make_pod(lab)
-    conf = ro_conf("1.0.0", pod, **KEYS)
+    conf = ro_conf(cni_version, pod, **KEYS)
     lab.delete_netns(pod)
     rc, out, _ = exec_plugin(lab, plugin_dir, "ADD", conf, pod)
-    assert rc == 1 and out["msg"].startswith("failed to override routes: failed to open netns")
+    assert rc == 1
+    assert_cni_error(out, 999, "failed to override routes: failed to open netns", prefix=True)
     for netns in (pod, ""):
         assert exec_plugin(lab, plugin_dir, "DEL", conf, netns)[:2] == (0, None)
 
 
 @pytest.mark.parametrize("version", ["0.3.0", "1.1.0"])
 def test_corpus_readme_conflist_behind_bridge(lab, make_runtime, plugin_dir, reference_dir, version):
-    """The README's conflist with macvlan swapped for bridge + host-local; route-override as written."""
+    """The README's conflist with macvlan swapped for bridge + host-local; route-override as written
+    (its entry has no version of its own: run below and above the CHECK/GC thresholds)."""
     with open(os.path.join(CORPUS, "routeoverride-readme.conflist")) as fh:
         data = json.load(fh)
     entry = data["plugins"][1]
@@ -208,8 +242,8 @@ def test_corpus_readme_conflist_behind_bridge(lab, make_runtime, plugin_dir, ref
     assert ("default", "10.1.254.1") not in routes(lab, pod)
     assert ("192.168.0.0/24", "10.1.254.254") in routes(lab, pod)
     assert lab.run(pod, "ping", "-c1", "-W2", "192.168.0.1", check=False).returncode == 0
-    if version >= "0.4.0":
-        runtime.check(conf, att)
+    check_as_runtime(runtime, conf, att)
+    if expects_gc(version):
         runtime.gc(conf, [("corpus-ro", "eth0")])
         runtime.status(conf)
     runtime.delete(conf, att)
@@ -220,8 +254,10 @@ def test_corpus_readme_conflist_behind_bridge(lab, make_runtime, plugin_dir, ref
 def test_missing_prev_result_through_runtime(lab, make_runtime, plugin_dir):
     runtime = make_runtime([plugin_dir])
     conf = ConfList.from_dict({"cniVersion": "1.0.0", "name": "solo", "plugins": [{"type": "route-override", "flushroutes": True}]})
-    with pytest.raises(PluginFailed, match="Required prevResult missing"):
+    with pytest.raises(PluginFailed) as info:
         runtime.add(conf, Attachment("c1", lab.netns("pod"), "eth0"))
+    assert_failed(info.value, Code.INVALID_NETWORK_CONFIG,
+                  "Required prevResult missing: route-override must be chained after the plugin that creates the interface")
 
 
 def test_shipped_example_conflist(lab, make_runtime, plugin_dir, reference_dir, cni_version):
@@ -237,7 +273,8 @@ def test_shipped_example_conflist(lab, make_runtime, plugin_dir, reference_dir, 
     pod = lab.netns("pod")
     att = Attachment("example1", pod, "eth0", capability_args={"mac": "02:00:00:00:23:01"})
     res = runtime.add(conf, att)
-    if cni_version >= "0.3.0":
+    assert_result_shape(res, cni_version)
+    if result_has_interfaces(cni_version):
         assert next(i for i in res["interfaces"] if i["name"] == "eth0")["mac"] == "02:00:00:00:23:01"
         assert {"dst": "192.0.2.0/24", "gw": "10.23.0.1"} in res["routes"]
     else:
@@ -247,8 +284,7 @@ def test_shipped_example_conflist(lab, make_runtime, plugin_dir, reference_dir, 
     assert lab.run(pod, "cat", "/proc/sys/net/ipv4/conf/eth0/arp_filter").stdout.strip() == "1"
     assert ("192.0.2.0/24", "10.23.0.1") in routes(lab, pod)
     assert lab.run(pod, "ping", "-c1", "-W2", "10.23.0.1", check=False).returncode == 0
-    if cni_version >= "0.4.0":
-        runtime.check(conf, att)
+    check_as_runtime(runtime, conf, att)
     runtime.delete(conf, att)
     runtime.delete(conf, att)
     assert "eth0" not in lab.run(pod, "ip", "-o", "link").stdout

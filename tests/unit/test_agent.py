@@ -273,6 +273,7 @@ def test_an_immediate_error_result_is_printed_not_retried(sock_path):
     FakeAgent(sock_path, script)
     answer, _, _ = _exchange(sock_path)
     assert answer[0] == 1 and json.loads(answer[1])["msg"] == "invalid request"
+    assert json.loads(answer[1])["code"] == 999
 
 
 def test_silence_before_ack_means_cold(sock_path, monkeypatch):

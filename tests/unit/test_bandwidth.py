@@ -10,13 +10,13 @@ import sys
 import pytest
 
 from cnichain.common.errors import CniError, Code
-from cnichain.common.version import ALL
 from cnichain.plugins.bandwidth import plan as tbf
 from cnichain.plugins.bandwidth.config import BandwidthConfig, Shape, ifb_name, load
 from cnichain.plugins.bandwidth.plugin import PLUGIN
 from tests.helpers import dispatch
+from tests.specver import CHAINING_VERSIONS
 
-SUPPORTED = [v for v in ALL if v >= "0.3.0"]
+SUPPORTED = list(CHAINING_VERSIONS)
 # /proc/net/psched of every current kernel: 1000 64 1000000 ... -> 15.625 ticks per microsecond
 TICK = tbf.tick_in_usec("000003e8 00000040 000f4240 3b9aca00\n")
 PREV = {
@@ -92,6 +92,7 @@ def test_validation_messages(keys, message):
 def test_validation_applies_to_runtime_config_too():
     code, out = dispatch(PLUGIN, "ADD", conf(runtimeConfig={"bandwidth": {"egressBurst": 5}}))
     assert out["msg"] == "if burst is set, rate must also be set"
+    assert out["code"] == 999
 
 
 def test_largest_accepted_burst():
@@ -119,6 +120,7 @@ def test_type_errors(value, fragment):
 def test_runtime_config_bandwidth_not_an_object():
     code, out = dispatch(PLUGIN, "ADD", conf(runtimeConfig={"bandwidth": [1, 2]}))
     assert code == 1 and "failed to parse network configuration" in out["msg"]
+    assert out["code"] == 999
 
 
 def test_ifb_name_matches_reference():
@@ -131,8 +133,9 @@ def test_ifb_name_matches_reference():
 
 def test_tick_parse():
     assert TICK == 15.625
-    with pytest.raises(CniError, match="cannot parse /proc/net/psched"):
+    with pytest.raises(CniError, match="cannot parse /proc/net/psched") as info:
         tbf.tick_in_usec("garbage")
+    assert info.value.code == 999
 
 
 def test_plan_matches_reference_numbers():
@@ -186,6 +189,7 @@ def test_add_without_bandwidth_passes_prev_result_through(cni_version):
     code, out = dispatch(PLUGIN, "ADD", conf(cni_version, prevResult=prev))
     if cni_version not in SUPPORTED:
         assert code == 1 and out["msg"] == "incompatible CNI versions"
+        assert out["code"] == 1
         return
     assert code == 0 and out == prev
 
@@ -240,6 +244,7 @@ def test_version_output():
 def test_del_with_bad_config_fails_like_reference():
     code, out = dispatch(PLUGIN, "DEL", conf(ingressRate=5))
     assert code == 1 and out["msg"] == "if rate is set, burst must also be set"
+    assert out["code"] == 999
 
 
 def test_noop_paths_never_import_pyroute2():

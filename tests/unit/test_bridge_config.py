@@ -76,8 +76,9 @@ def test_mac_precedence():
 
 
 def test_cni_args_unknown_keys_need_ignore_unknown():
-    with pytest.raises(CniError, match=r'ARGS: unknown args \["K8S_POD_NAME=x"\]'):
+    with pytest.raises(CniError, match=r'ARGS: unknown args \["K8S_POD_NAME=x"\]') as info:
         load(conf(), "K8S_POD_NAME=x")
+    assert info.value.code == 999
     assert load(conf(), "IgnoreUnknown=1;K8S_POD_NAME=x").mac == ""
 
 

@@ -20,8 +20,9 @@ def ipam(*addrs, routes=(), gateway=""):
 
 
 def test_missing_ips():
-    with pytest.raises(CniError, match="IPAM plugin returned missing IP config"):
+    with pytest.raises(CniError, match="IPAM plugin returned missing IP config") as info:
         plan_l3(Result(), cfg())
+    assert info.value.code == 999
 
 
 def test_gateway_defaults_to_first_address_when_is_gateway():

@@ -36,6 +36,7 @@ def test_config_error_is_json_in_every_version(cni_version):
 def test_add_with_missing_netns_fails_before_touching_anything(cni_version):
     code, out = dispatch(PLUGIN, "ADD", conf(cni_version), CNI_NETNS="/run/netns/cnichain-unit-none")
     assert code == 1 and "failed to open netns" in out["msg"]
+    assert out["code"] == 8
 
 
 def test_del_without_netns_ipam_or_rules_is_a_noop(cni_version):
@@ -48,6 +49,7 @@ def test_del_without_netns_ipam_or_rules_is_a_noop(cni_version):
 def test_check_requires_prev_result():
     code, out = dispatch(PLUGIN, "CHECK", conf("1.0.0"))
     assert code == 1 and out["msg"] == "Required prevResult missing"
+    assert out["code"] == 999
 
 
 def test_status_and_gc_without_ipam_are_silent():

@@ -10,15 +10,18 @@ def test_known_and_ignore_unknown():
 
 
 def test_unknown_without_ignore():
-    with pytest.raises(CniError, match=r'ARGS: unknown args \["FOO=bar"\]'):
+    with pytest.raises(CniError, match=r'ARGS: unknown args \["FOO=bar"\]') as info:
         parse_cni_args("FOO=bar", {"IP"})
+    assert info.value.code == 999
 
 
 def test_invalid_pair():
-    with pytest.raises(CniError, match='ARGS: invalid pair "novalue"'):
+    with pytest.raises(CniError, match='ARGS: invalid pair "novalue"') as info:
         parse_cni_args("novalue", {"IP"})
+    assert info.value.code == 999
 
 
 def test_bad_bool():
-    with pytest.raises(CniError, match="boolean unmarshal error: invalid input maybe"):
+    with pytest.raises(CniError, match="boolean unmarshal error: invalid input maybe") as info:
         parse_cni_args("IgnoreUnknown=maybe", set())
+    assert info.value.code == 999

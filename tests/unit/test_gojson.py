@@ -137,3 +137,4 @@ def test_an_integer_written_with_a_fraction_is_refused():
     with pytest.raises(CniError) as err:
         decode({"rate": 1.0})
     assert err.value.msg == "prefix: json: cannot unmarshal number 1.0 into Go struct field Conf.rate of type uint64"
+    assert err.value.code == 999

@@ -57,6 +57,7 @@ def test_first_allocation_skips_gateway_and_counts_up():
     with pytest.raises(CniError) as info:
         allocate(store, c, "c9", "eth0")
     assert info.value.msg == "failed to allocate for range 0: no IP addresses available in range set: 10.0.0.1-10.0.0.6"
+    assert info.value.code == 999
 
 
 def test_round_robin_does_not_reuse_a_just_released_address():
@@ -111,6 +112,7 @@ def test_duplicate_allocation_refused():
     with pytest.raises(CniError) as info:
         allocate(store, c, "a", "eth0")
     assert info.value.msg == "failed to allocate for range 0: 10.0.0.2 has been allocated to a, duplicate allocation is not allowed"
+    assert info.value.code == 999
     # another interface of the same container is a different attachment
     assert addrs(allocate(store, c, "a", "net1")) == ["10.0.0.3/24"]
 
@@ -144,6 +146,7 @@ def test_requested_ip_errors(ip, message):
     with pytest.raises(CniError) as info:
         allocate(store, requested([[{"subnet": "10.0.0.0/24"}]], ip), "a", "eth0")
     assert info.value.msg == message
+    assert info.value.code == 999
     assert store.held == {}  # all-or-nothing
 
 
@@ -156,6 +159,7 @@ def test_requested_ip_taken():
     assert info.value.msg == (
         "failed to allocate for range 0: requested IP address 10.0.0.9 is not available in range set 10.0.0.1-10.0.0.254"
     )
+    assert info.value.code == 999
 
 
 def test_failure_in_second_set_rolls_back_only_this_calls_addresses():
@@ -165,6 +169,7 @@ def test_failure_in_second_set_rolls_back_only_this_calls_addresses():
     with pytest.raises(CniError) as info:
         allocate(store, c, "y", "eth0")
     assert info.value.msg == "failed to allocate for range 1: no IP addresses available in range set: 10.1.0.1-10.1.0.2"
+    assert info.value.code == 999
     assert set(store.held) == {"10.0.0.2", "10.1.0.2"}
 
 

@@ -74,6 +74,7 @@ def test_requested_ip_from_cni_args(tmp_path):
 def test_resolvconf_missing(tmp_path):
     code, out = dispatch(PLUGIN, "ADD", conf(tmp_path, resolvConf="/nonexistent/r"))
     assert code == 1 and out["msg"] == "open /nonexistent/r: no such file or directory"
+    assert out["code"] == 999
 
 
 def test_del_releases_and_is_idempotent(tmp_path):
@@ -93,6 +94,7 @@ def test_del_without_any_state_succeeds_and_creates_nothing(tmp_path):
 def test_del_with_broken_config_fails_like_reference(tmp_path):
     code, out = dispatch(PLUGIN, "DEL", {"cniVersion": "1.0.0", "name": "net1"})
     assert code == 1 and out["msg"] == "IPAM config missing 'ipam' key"
+    assert out["code"] == 999
 
 
 def test_del_legacy_id_only_file(tmp_path):
@@ -117,6 +119,7 @@ def test_check(tmp_path):
     c = conf(tmp_path)
     code, out = dispatch(PLUGIN, "CHECK", c)
     assert code == 1 and out["msg"] == "host-local: Failed to find address added by container ctr1"
+    assert out["code"] == 999
     dispatch(PLUGIN, "ADD", c)
     assert dispatch(PLUGIN, "CHECK", c) == (0, None)
 

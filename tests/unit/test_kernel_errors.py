@@ -29,12 +29,14 @@ def test_os_error_is_a_kernel_failure_too():
         with reported_as("open /proc/sys/net/x"):
             raise FileNotFoundError(errno.ENOENT, "No such file or directory")
     assert info.value.msg == "open /proc/sys/net/x: no such file or directory"
+    assert info.value.code == 999
     assert info.value.errno == errno.ENOENT
 
 
 def test_c_library_wording_kept_when_asked():
     err = KernelError.of(NetlinkError(errno.ENETUNREACH), "failed to add route", go=False)
     assert err.msg == "failed to add route: Network is unreachable"
+    assert err.code == 999
 
 
 def test_a_bug_is_not_disguised_as_a_kernel_error():
@@ -69,11 +71,13 @@ def test_rewrap_keeps_errno_and_reason():
     err = KernelError.of(NetlinkError(errno.EEXIST), "create qdisc")
     again = err.rewrap(f"create ifb qdisc: {err.context}")
     assert (again.msg, again.errno) == ("create ifb qdisc: create qdisc: file exists", errno.EEXIST)
+    assert again.code == 999
 
 
 def test_nft_error_recovers_errno_from_text():
     err = NftError("nft", "Error: Could not process rule: Device or resource busy")
     assert err.errno == errno.EBUSY and err.msg.startswith("nft: Error: Could not process rule")
+    assert err.code == 999
     assert NftError("nft", "Error: syntax error").errno is None
 
 

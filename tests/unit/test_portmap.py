@@ -10,6 +10,7 @@ from cnichain.plugins.portmap.config import PortMapping, container_ips, load
 from cnichain.plugins.portmap.plugin import PLUGIN
 from tests.helpers import dispatch
 from tests.portmap_json import briefs, jump_targets, rules
+from tests.specver import result_has_interfaces
 
 T = names.TABLE
 
@@ -106,9 +107,11 @@ def test_mapping_errors(entry, msg):
 def test_config_errors(extra, msg):
     code, out = dispatch(PLUGIN, "ADD", conf(prevResult=PREV, **extra))
     assert code == 1 and msg in out["msg"], out
+    assert out["code"] == 999
     # DEL validates the config too, before touching anything
     code, out = dispatch(PLUGIN, "DEL", conf(**extra))
     assert code == 1 and msg in out["msg"]
+    assert out["code"] == 999
 
 
 def test_mark_keys_are_accepted():
@@ -347,7 +350,7 @@ def test_add_without_mappings_passes_prev_result_through(cni_version):
 
 
 def test_add_for_another_ifname_touches_nothing(cni_version):
-    if cni_version in ("0.1.0", "0.2.0"):
+    if not result_has_interfaces(cni_version):
         # old results carry no interface index: the address is taken, so this would program rules
         pytest.skip("0.1/0.2 results have no interfaces")
     prev = Result.from_dict(PREV, "1.0.0").to_dict(cni_version)
@@ -358,11 +361,13 @@ def test_add_for_another_ifname_touches_nothing(cni_version):
 def test_add_needs_prev_result():
     code, out = dispatch(PLUGIN, "ADD", conf(**maps({"hostPort": 8080, "containerPort": 80})))
     assert code == 1 and out["msg"] == "must be called as chained plugin"
+    assert out["code"] == 7
 
 
 def test_check_needs_prev_result():
     code, out = dispatch(PLUGIN, "CHECK", conf())
     assert code == 1 and out["msg"] == "Required prevResult missing"
+    assert out["code"] == 7
     code, out = dispatch(PLUGIN, "CHECK", conf(prevResult=PREV))
     assert code == 0 and out is None  # no mappings: nothing to check
 

@@ -22,18 +22,19 @@ from cnichain.plugins.route_override.plan import (
 )
 from cnichain.plugins.route_override.plugin import PLUGIN
 from tests.helpers import dispatch
+from tests.specver import ips_carry_version, result_has_interfaces
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 net = ipaddress.ip_network
 
 
 def prev_for(version: str) -> dict:
-    if version in ("0.1.0", "0.2.0"):
+    if not result_has_interfaces(version):
         return {"cniVersion": version,
                 "ip4": {"ip": "10.1.0.5/24", "gateway": "10.1.0.1", "routes": [{"dst": "0.0.0.0/0"}, {"dst": "10.9.0.0/16", "gw": "10.1.0.1"}]},
                 "ip6": {"ip": "2001:db8::5/64", "gateway": "2001:db8::1", "routes": [{"dst": "::/0"}]}}
-    v = {"version": "4"} if version < "1.0.0" else {}
-    v6 = {"version": "6"} if version < "1.0.0" else {}
+    v = {"version": "4"} if ips_carry_version(version) else {}
+    v6 = {"version": "6"} if ips_carry_version(version) else {}
     return {
         "cniVersion": version,
         "interfaces": [{"name": "cni0", "mac": "0a:00:00:00:00:01"}, {"name": "eth0", "mac": "0a:00:00:00:00:02", "sandbox": "/var/run/netns/x"}],
@@ -189,6 +190,7 @@ def test_add_without_prev_result_is_a_clear_error(cni_version):
     code, out = dispatch(PLUGIN, "ADD", conf_for(cni_version, flushroutes=True))
     assert code == 1
     assert out["msg"].startswith("Required prevResult missing: route-override must be chained")
+    assert out["code"] == 7
 
 
 def test_add_with_nothing_to_do_passes_prev_result_through(cni_version):
@@ -201,6 +203,7 @@ def test_add_with_netns_gone_fails_clearly():
     code, out = dispatch(PLUGIN, "ADD", conf_for("1.0.0", prevResult=prev_for("1.0.0"), flushgateway=True),
                          CNI_NETNS="/nonexistent/netns")
     assert code == 1 and out["msg"].startswith('failed to override routes: failed to open netns "/nonexistent/netns"')
+    assert out["code"] == 999
 
 
 def test_del_is_a_noop(cni_version):
@@ -212,6 +215,7 @@ def test_check_skipcheck_and_missing_prev_result():
     assert dispatch(PLUGIN, "CHECK", conf_for("1.0.0", skipcheck=True), CNI_NETNS="/nonexistent") == (0, None)
     code, out = dispatch(PLUGIN, "CHECK", conf_for("1.0.0"))
     assert code == 1 and out["msg"] == "Required prevResult missing"
+    assert out["code"] == 7
 
 
 @pytest.mark.parametrize("command", ["GC", "STATUS"])

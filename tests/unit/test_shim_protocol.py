@@ -381,6 +381,7 @@ def test_native_shim_refuses_an_unsafe_or_missing_cold_launcher(folder, sock):
     os.unlink(cold)
     code, out, _ = the_shim.run()
     assert code == 1 and json.loads(out)["msg"] == "cnichain shim: the cold launcher is missing"
+    assert json.loads(out)["code"] == 999
 
 
 def test_native_shim_unconfigured_is_a_cni_error(folder):
@@ -391,6 +392,7 @@ def test_native_shim_unconfigured_is_a_cni_error(folder):
     shutil.copy(binary, exe)
     proc = subprocess.run([exe], input=b"", env=BASE_ENV, capture_output=True, timeout=60)
     assert proc.returncode == 1 and "not configured" in json.loads(proc.stdout)["msg"]
+    assert json.loads(proc.stdout)["code"] == 999
 
 
 # -- a caller that is not root ---------------------------------------------------------------------

@@ -174,3 +174,4 @@ def test_prev_result_without_config_version_is_refused_on_add(module):
             "runtimeConfig": {"portMappings": [{"hostPort": 8080, "containerPort": 80}]}}
     code, out = dispatch(plugin, "ADD", conf)
     assert code == 1 and out["msg"].endswith('could not parse prevResult: unsupported CNI result version ""'), out
+    assert out["code"] == 6

@@ -25,18 +25,19 @@ from cnichain.plugins.tuning.config import (
 )
 from cnichain.plugins.tuning.plugin import PLUGIN
 from tests.helpers import dispatch
+from tests.specver import ips_carry_version, result_has_interfaces
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def prev_for(version: str) -> dict:
     """A previous result in ``version``'s own shape."""
-    if version in ("0.1.0", "0.2.0"):
+    if not result_has_interfaces(version):
         return {"cniVersion": version, "ip4": {"ip": "10.1.0.5/24", "gateway": "10.1.0.1"}}
     return {
         "cniVersion": version,
         "interfaces": [{"name": "cni0", "mac": "0a:00:00:00:00:01"}, {"name": "eth0", "mac": "0a:00:00:00:00:02", "sandbox": "/var/run/netns/x"}],
-        "ips": [{"address": "10.1.0.5/24", "gateway": "10.1.0.1", "interface": 1, **({"version": "4"} if version < "1.0.0" else {})}],
+        "ips": [{"address": "10.1.0.5/24", "gateway": "10.1.0.1", "interface": 1, **({"version": "4"} if ips_carry_version(version) else {})}],
         "routes": [{"dst": "0.0.0.0/0"}],
         "dns": {"nameservers": ["10.1.0.1"]},
     }
@@ -254,6 +255,7 @@ def conf_for(version, **keys):
 def test_add_requires_prev_result(cni_version):
     code, out = dispatch(PLUGIN, "ADD", conf_for(cni_version, sysctl={"net.core.somaxconn": "500"}))
     assert code == 1 and out["msg"] == "Required prevResult missing"
+    assert out["code"] == 7
 
 
 def test_add_without_keys_passes_prev_result_through(cni_version, tmp_path):
@@ -281,6 +283,7 @@ def test_allowlist_is_enforced_on_add(monkeypatch, tmp_path):
     conf = conf_for("1.0.0", prevResult=prev_for("1.0.0"), sysctl={"net.ipv4.ip_forward": "1"})
     code, out = dispatch(PLUGIN, "ADD", conf, CNI_NETNS="/nonexistent/netns")
     assert code == 1 and out["msg"].startswith("Sysctl net.ipv4.ip_forward is not allowed.")
+    assert out["code"] == 999
 
 
 @pytest.mark.parametrize("command", ["ADD", "CHECK"])
@@ -294,11 +297,13 @@ def test_duplicate_keys_fail_add_and_check(command):
     env = {"CNI_COMMAND": command, "CNI_CONTAINERID": "c", "CNI_NETNS": "/x", "CNI_IFNAME": "eth0", "CNI_PATH": "/x"}
     assert skel.dispatch(PLUGIN, env, raw.encode(), out, io.StringIO()) == 1
     assert json.loads(out.getvalue())["msg"] == "duplicated sysctl keys are not allowed"
+    assert json.loads(out.getvalue())["code"] == 999
 
 
 def test_check_requires_prev_result():
     code, out = dispatch(PLUGIN, "CHECK", conf_for("1.0.0", mtu=1400))
     assert code == 1 and out["msg"] == "Required prevResult missing"
+    assert out["code"] == 7
 
 
 def test_del_without_backup_is_a_noop(cni_version, tmp_path):
@@ -319,6 +324,7 @@ def test_del_with_netns_gone_drops_the_backup(tmp_path):
 def test_del_reports_only_parse_errors():
     code, out = dispatch(PLUGIN, "DEL", conf_for("1.0.0", mtu="x"))
     assert code == 1 and "failed to load netconf" in out["msg"]
+    assert out["code"] == 999
 
 
 @pytest.mark.parametrize("command", ["GC", "STATUS"])

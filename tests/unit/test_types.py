@@ -47,8 +47,9 @@ def test_020_keeps_first_ip_per_family_and_routes_by_family():
 
 
 def test_020_without_ips_cannot_convert():
-    with pytest.raises(CniError, match="no valid IP addresses"):
+    with pytest.raises(CniError, match="no valid IP addresses") as info:
         Result().to_dict("0.2.0")
+    assert info.value.code == 1
 
 
 def test_empty_dns_printed_before_100_only():
