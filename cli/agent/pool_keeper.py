@@ -85,12 +85,9 @@ class PoolKeeper:
 
     def on_message(self, idle: pool.Idle) -> None:
         """Its channel is readable: "ready" (it is warm), or end-of-stream (it is exiting)."""
-        try:
-            msg = idle.chan.recv(64)
-        except (BlockingIOError, InterruptedError):
+        msg = events.read_ready(idle.chan, 64)
+        if msg is None:
             return
-        except OSError:
-            msg = b""
         if msg == pool.READY:
             idle.ready = True
         elif not msg:

@@ -256,12 +256,9 @@ class Agent:
             self.sel.register(sock, selectors.EVENT_READ, (events.CONN, conn))
 
     def _readable(self, conn: Conn) -> None:
-        try:
-            chunk = conn.sock.recv(65536)
-        except (BlockingIOError, InterruptedError):
+        chunk = events.read_ready(conn.sock, 65536)
+        if chunk is None:
             return
-        except OSError:
-            chunk = b""
         if not chunk:
             # The shim went away before the go-ahead (its timeout, or it was killed): nothing ran.
             if not conn.running:

@@ -27,15 +27,8 @@ def tcp_request(client: list[str], ip: str, port: int, payload: bytes, attempts:
 
     Retried a bounded number of times only on an empty answer (a refused or timed-out connect).
     """
-    out = b""
-    for _ in range(attempts):
-        proc = subprocess.run([*client, "socat", "-T", "5", "-", f"TCP:{ip}:{port},connect-timeout=3"],
-                              input=payload, capture_output=True, timeout=30)
-        out = proc.stdout
-        if out:
-            return out
-        time.sleep(0.3)
-    return out
+    return _first_answer([*client, "socat", "-T", "5", "-", f"TCP:{ip}:{port},connect-timeout=3"],
+                         payload, attempts, pause=0.3)
 
 
 def http_get(client: list[str], ip: str, port: int) -> bytes:
@@ -44,11 +37,17 @@ def http_get(client: list[str], ip: str, port: int) -> bytes:
 
 def udp_exchange(client: list[str], ip: str, port: int, payload: bytes, attempts: int = 3) -> bytes:
     """Send one datagram and return the first datagram that comes back (bounded retries)."""
+    return _first_answer([*client, "socat", "-T", "2", "-", f"UDP:{ip}:{port}"], payload, attempts, pause=0.0)
+
+
+def _first_answer(argv: list[str], payload: bytes, attempts: int, pause: float) -> bytes:
+    """Run ``argv`` with ``payload`` on stdin until it prints something (at most ``attempts``
+    times, ``pause`` seconds apart); the last output, empty if none came."""
     out = b""
-    for _ in range(attempts):
-        proc = subprocess.run([*client, "socat", "-T", "2", "-", f"UDP:{ip}:{port}"],
-                              input=payload, capture_output=True, timeout=30)
-        out = proc.stdout
+    for attempt in range(attempts):
+        if attempt and pause:
+            time.sleep(pause)
+        out = subprocess.run(argv, input=payload, capture_output=True, timeout=30).stdout
         if out:
             return out
     return out
