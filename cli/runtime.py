@@ -10,6 +10,7 @@ This module never imports typer: the CLI is a thin layer over it.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -29,11 +30,15 @@ class ConfigError(ValueError):
 
 
 class PluginFailed(RuntimeError):
+    """One plugin exec failed.  ``partial_result`` is, for a failed ADD, the result of the plugins
+    before it (None when the first plugin failed): what a runtime could hand to a DEL that follows."""
+
     def __init__(self, plugin_type: str, command: str, error: CniError) -> None:
         super().__init__(f"plugin {plugin_type} {command} failed: {error}")
         self.plugin_type = plugin_type
         self.command = command
         self.error = error
+        self.partial_result: Optional[dict] = None
 
 
 @dataclass
@@ -178,6 +183,9 @@ class Runtime:
             "netns": att.netns,
             "cniArgs": att.cni_args,
             "capabilityArgs": att.capability_args,
+            # libcni keeps the conflist the ADD ran with (Go marshals []byte as base64): CRI-O's
+            # DEL runs that list, not the file on disk now.
+            "config": base64.b64encode(json.dumps(conflist.raw).encode()).decode(),
             "result": result,
         }
         tmp = f"{path}.tmp{os.getpid()}"
@@ -193,6 +201,22 @@ class Runtime:
         except (OSError, ValueError):
             return None
         return entry if isinstance(entry, dict) else None
+
+    def cached_conflist(self, network: str, att: Attachment) -> Optional[ConfList]:
+        """The conflist the cached ADD of ``att`` ran with (libcni's GetNetworkListCachedConfig)."""
+        entry = self.cached(network, att)
+        if not entry or not isinstance(entry.get("config"), str):
+            return None
+        try:
+            return ConfList.from_dict(json.loads(base64.b64decode(entry["config"])), "cached config")
+        except (ValueError, ConfigError):
+            return None
+
+    def drop_cache(self, network: str, att: Attachment) -> None:
+        try:
+            os.unlink(self.cache_path(network, att))
+        except FileNotFoundError:
+            pass
 
     def cached_attachments(self, network: str) -> list[dict]:
         folder = os.path.join(self.cache_dir, "results")
@@ -217,45 +241,83 @@ class Runtime:
     def add(self, conflist: ConfList, att: Attachment) -> dict:
         prev: Optional[dict] = None
         for plugin in conflist.plugins:
-            out = self.exec_plugin(plugin["type"], "ADD", att, self.plugin_config(conflist, plugin, att, prev))
+            try:
+                out = self.exec_plugin(plugin["type"], "ADD", att, self.plugin_config(conflist, plugin, att, prev))
+            except PluginFailed as exc:
+                exc.partial_result = prev
+                raise
             try:
                 prev = json.loads(out)
             except ValueError as exc:
-                raise PluginFailed(plugin["type"], "ADD", CniError(6, f"invalid result JSON: {exc}")) from None
+                failed = PluginFailed(plugin["type"], "ADD", CniError(6, f"invalid result JSON: {exc}"))
+                failed.partial_result = prev
+                raise failed from None
         self._save_cache(conflist, att, prev)
         return prev or {}
 
-    def delete(self, conflist: ConfList, att: Attachment) -> None:
+    def delete(self, conflist: ConfList, att: Attachment, prev_result: Optional[dict] = None) -> None:
+        """DEL in reverse order with the cached result as ``prevResult`` (or ``prev_result`` when
+        given: a runtime holding a partial result), then drop the cache entry."""
         entry = self.cached(conflist.name, att)
-        prev = entry.get("result") if entry else None
+        prev = prev_result if prev_result is not None else (entry.get("result") if entry else None)
         if entry and not att.capability_args:
             att.capability_args = dict(entry.get("capabilityArgs") or {})
         for plugin in reversed(conflist.plugins):
             self.exec_plugin(plugin["type"], "DEL", att, self.plugin_config(conflist, plugin, att, prev))
-        try:
-            os.unlink(self.cache_path(conflist.name, att))
-        except FileNotFoundError:
-            pass
+        self.drop_cache(conflist.name, att)
 
-    def check(self, conflist: ConfList, att: Attachment) -> None:
+    def check(self, conflist: ConfList, att: Attachment) -> list[tuple[str, bytes]]:
+        """CHECK the whole chain against the cached result; returns each plugin's stdout (which
+        libcni ignores, and which a correct plugin leaves empty)."""
         if conflist.disable_check:
-            return
+            return []
         entry = self.cached(conflist.name, att)
         if entry is None:
             raise ConfigError(f"no cached result for {conflist.name}/{att.container_id}/{att.ifname}: was it added?")
         if not att.capability_args:
             att.capability_args = dict(entry.get("capabilityArgs") or {})
+        outputs = []
         for plugin in conflist.plugins:
-            self.exec_plugin(plugin["type"], "CHECK", att, self.plugin_config(conflist, plugin, att, entry.get("result")))
+            conf = self.plugin_config(conflist, plugin, att, entry.get("result"))
+            outputs.append((plugin["type"], self.exec_plugin(plugin["type"], "CHECK", att, conf)))
+        return outputs
 
-    def gc(self, conflist: ConfList, valid: list[tuple[str, str]]) -> None:
+    def gc(self, conflist: ConfList, valid: Optional[list[tuple[str, str]]]) -> None:
+        """GC to every plugin.  ``valid`` None is sent as JSON ``null`` (what CRI-O sends for a
+        network without pods); both keys libcni 1.3 injects are present (cni#1101)."""
         if conflist.disable_gc or not at_least(conflist.cni_version, "1.1.0"):
             return
-        attachments = [{"containerID": cid, "ifname": ifname} for cid, ifname in valid]
+        attachments = None if valid is None else [{"containerID": cid, "ifname": ifname} for cid, ifname in valid]
         for plugin in conflist.plugins:
             conf = self.plugin_config(conflist, plugin, None, None)
             conf["cni.dev/valid-attachments"] = attachments
+            conf["cni.dev/attachments"] = attachments
             self.exec_plugin(plugin["type"], "GC", None, conf)
+
+    def gc_network_list(self, conflist: ConfList, valid: Optional[list[tuple[str, str]]]) -> list[PluginFailed]:
+        """libcni 1.3's GCNetworkList: a DEL for every cached attachment of this network that is not
+        in ``valid`` (with its cached netns path, CNI_ARGS and capability args, and the conflist
+        passed here, as libcni does), then :meth:`gc`.  Like libcni it carries on after a failure
+        and returns every failure; nothing at all happens when the conflist sets ``disableGC``."""
+        if conflist.disable_gc:
+            return []
+        keep = set(valid or [])
+        failures: list[PluginFailed] = []
+        for entry in self.cached_attachments(conflist.name):
+            cid, ifname = str(entry.get("containerId", "")), str(entry.get("ifName", ""))
+            if (cid, ifname) in keep:
+                continue
+            args = [(str(k), str(v)) for k, v in entry.get("cniArgs") or []]
+            att = Attachment(cid, str(entry.get("netns") or ""), ifname, args, dict(entry.get("capabilityArgs") or {}))
+            try:
+                self.delete(conflist, att)
+            except PluginFailed as exc:
+                failures.append(exc)
+        try:
+            self.gc(conflist, valid)
+        except PluginFailed as exc:
+            failures.append(exc)
+        return failures
 
     def status(self, conflist: ConfList) -> None:
         if not at_least(conflist.cni_version, "1.1.0"):
@@ -263,5 +325,7 @@ class Runtime:
         for plugin in conflist.plugins:
             self.exec_plugin(plugin["type"], "STATUS", None, self.plugin_config(conflist, plugin, None, None))
 
-    def version(self, plugin_type: str) -> dict:
-        return json.loads(self.exec_plugin(plugin_type, "VERSION", None, {}))
+    def version(self, plugin_type: str, config_version: str = "") -> dict:
+        """VERSION; libcni sends ``{"cniVersion": <its own version>}`` on stdin (``config_version``)."""
+        stdin = {"cniVersion": config_version} if config_version else {}
+        return json.loads(self.exec_plugin(plugin_type, "VERSION", None, stdin))
