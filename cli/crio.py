@@ -54,11 +54,13 @@ class CrioPod:
     ifname: str = "eth0"
     ingress_rate: int = 0  # bits/s from kubernetes.io/ingress-bandwidth; 0 = unset
     egress_rate: int = 0
-    ingress_burst: int = 0  # CRI-O sends 2^32 * 8 - 1 for a set direction; tests may pick any
+    ingress_burst: int = 0  # CRI-O sends BURST for a set direction
     egress_burst: int = 0
 
 
-BURST = 2 ** 32 * 8 - 1  # CRI-O's burst for a set direction (the largest the reference accepts)
+# CRI-O's burst for a set direction, ``math.MaxUint32*8 - 1`` bits (server/sandbox_network.go):
+# 34,359,738,359, the largest the reference bandwidth plugin accepts (it refuses burst/8 >= 2^32-1).
+BURST = (2 ** 32 - 1) * 8 - 1
 
 
 def cni_args(pod: CrioPod) -> list[tuple[str, str]]:
