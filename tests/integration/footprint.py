@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from cnichain.cli.lab import Lab
+from tests.runtime.leftovers import PORTMAP_OWNED_PREFIXES, PORTMAP_TABLE
 
 OWNED_TABLES = ("cnichain_portmap", "cnichain_masquerade", "cnichain_macspoof")
 
@@ -31,7 +32,8 @@ def _strip(value: Any) -> Any:
 
 
 def nft_items(lab: Lab) -> set[str]:
-    """Rules and map/set elements of our tables (their chains and empty skeletons are not per pod)."""
+    """Rules and map/set elements of our tables; portmap's shared skeleton (the hook chains and
+    their map lookups) is not per pod, only its per-container chains' rules are."""
     proc = lab.run(lab.node, "nft", "-j", "list", "ruleset", check=False)
     items = json.loads(proc.stdout).get("nftables", []) if proc.stdout.strip() else []
     out = set()
@@ -41,6 +43,9 @@ def nft_items(lab: Lab) -> set[str]:
             if not body or body.get("table") not in OWNED_TABLES:
                 continue
             if kind != "rule" and not body.get("elem"):
+                continue
+            if (kind == "rule" and body.get("table") == PORTMAP_TABLE[1]
+                    and not str(body.get("chain", "")).startswith(PORTMAP_OWNED_PREFIXES)):
                 continue
             out.add(f"{kind} " + json.dumps(_strip(body), sort_keys=True))
     return out
