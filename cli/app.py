@@ -305,11 +305,13 @@ def bench(
     growth: str = typer.Option("0,100,1000", "--growth", help="Other pods present for the growth phase ('' skips it)"),
     growth_samples: int = typer.Option(10, "--growth-samples", min=1),
     floor_samples: int = typer.Option(30, "--floor-samples", min=1),
+    status_sweeps: int = typer.Option(20, "--status-sweeps", min=0,
+                                      help="STATUS sweeps of the whole chain at 1.1.0, as containerd 2.1 polls (0 skips)"),
     modes: str = typer.Option("cold,reference", "--modes", help="Comma-separated subset of cold,warm,reference"),
     reference_dir: str = typer.Option("/usr/lib/cni", "--reference-dir", help="The reference Go plugins"),
     conflist: str = typer.Option("", "--conflist", help="Conflist to run (default: the shipped default chain)"),
     output_dir: str = typer.Option("benchmarks/results", "--output-dir", help="Where the JSON, table and PNG go"),
-    phases: str = typer.Option("floor,chain,parallel,growth", "--phases"),
+    phases: str = typer.Option("floor,chain,status,parallel,growth", "--phases"),
     no_fallback: bool = typer.Option(False, "--no-fallback", help="Do not stand in reference plugins for missing ones"),
     no_chart: bool = typer.Option(False, "--no-chart"),
     quiet: bool = typer.Option(False, "--quiet", help="No progress line"),
@@ -319,7 +321,8 @@ def bench(
 
     try:
         options = bench_mod.options_from(pods, parallel, parallel_rounds, growth, growth_samples, floor_samples, modes,
-                                         reference_dir, conflist, output_dir, phases, not no_fallback, not no_chart, quiet)
+                                         reference_dir, conflist, output_dir, phases, not no_fallback, not no_chart, quiet,
+                                         status_sweeps=status_sweeps)
     except ValueError as exc:
         _fail(str(exc), 2)
     raise typer.Exit(bench_mod.main(options=options))

@@ -15,6 +15,8 @@ Phases:
 ``floor``     a bare interpreter start (``python -I -S -c pass``) and every plugin's VERSION exec:
               the cost no plugin work can go below.
 ``chain``     N pods through the whole conflist, one after another.
+``status``    STATUS to every plugin of the chain at 1.1.0, as containerd 2.1 does on each CRI
+              Status poll (~5 s): the cost of one sweep, counted even where the reference fails it.
 ``parallel``  8 pods at once (ADD batch, then DEL batch): wall time per batch.
 ``growth``    host-local and portmap ADD/DEL with 0, 100, 1,000 other pods present.
 
@@ -29,6 +31,7 @@ The modules, one job each (pure ones marked):
 ``modes``     setting up the implementations under test (launchers, namespaces, chains, the agent)
 ``phases``    the floor, chain and parallel phases
 ``growth``    the growth phase
+``status``    the status phase
 ``stats``     (pure) percentiles, statistics, ratios, acceptance-target verdicts
 ``summary``   (pure) the JSON result document from what the phases recorded
 ``render``    (pure) the terminal table

@@ -94,6 +94,20 @@ def render_table(out: dict) -> str:
             if ours in tot:
                 lines.append(f"  {c + ' (ours, whole chain)':<28}{_ms(tot[ours]['all'][c].get('median_ms')):>12}"
                              f"{_ms(tot[ours]['all'][c].get('p95_ms')):>12}")
+    status = out.get("status", {})
+    if any(m in status for m in cols):
+        header("STATUS sweep: every plugin of the chain at 1.1.0, as containerd 2.1 polls every ~5 s (ms)", "")
+        row("per sweep (like for like)", {m: status.get(m, {}).get("like_for_like" if m != ref else "sweep")
+                                          for m in cols}, status.get("ratio"))
+        row("per sweep (whole chain)", {m: status.get(m, {}).get("sweep") for m in cols},
+            median_ratio(status.get(ours or "", {}).get("sweep"), status.get(ref or "", {}).get("sweep")))
+        row("after the first sweep", {m: status.get(m, {}).get("later_sweeps") for m in cols},
+            median_ratio(status.get(ours or "", {}).get("later_sweeps"), status.get(ref or "", {}).get("later_sweeps")))
+        for m in cols:
+            failed = status.get(m, {}).get("failed") or {}
+            if failed:
+                lines.append(f"  {LABEL[m]} fails STATUS in: {', '.join(sorted(failed))} "
+                             f"(counted anyway; first: {next(iter(sorted(failed.items())))[1][:80]})")
     par = out.get("parallel", {})
     if any(m in par for m in cols):
         header(f"{out.get('parallel_pods')} pods in parallel: wall time per batch (ms)", "batch")

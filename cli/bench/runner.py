@@ -15,12 +15,14 @@ from cnichain.cli.bench.options import Options, parse_args
 from cnichain.cli.bench.phases import run_chain, run_floor, run_parallel
 from cnichain.cli.bench.render import render_table
 from cnichain.cli.bench.session import Bench
+from cnichain.cli.bench.status import run_status
 from cnichain.cli.bench.summary import summarize
 from cnichain.cli.lab import Lab
 
 # The phases run in this order, whatever order --phases names them in.
 PHASE_RUNNERS: tuple[tuple[str, Callable[[Bench], None]], ...] = (
-    ("floor", run_floor), ("chain", run_chain), ("parallel", run_parallel), ("growth", run_growth),
+    ("floor", run_floor), ("chain", run_chain), ("status", run_status), ("parallel", run_parallel),
+    ("growth", run_growth),
 )
 
 

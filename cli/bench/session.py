@@ -67,6 +67,7 @@ class Bench:
         self.notes: list[str] = []
         self.parallel: list[dict] = []
         self.chain_totals: list[dict] = []
+        self.status_sweeps: list[dict] = []  # one row per STATUS sweep of a mode's chain (bench.status)
         self.errors: list[dict] = []
         self.loadavg: Optional[list] = None
         self._sink = threading.local()

@@ -63,6 +63,8 @@ def summarize(bench: Any, elapsed: float) -> dict:
     out["version"] = _version(bench, modes, pick)
     out["chain"] = _per_plugin(samples, "chain", impl_of, ours)
     out["chain_totals"] = _chain_totals(bench, modes, ours)
+    ref_types = set(bench.modes["reference"].provenance) if "reference" in bench.modes else set()
+    out["status"] = _status(getattr(bench, "status_sweeps", []), ours, ref_types)
     out["parallel"] = _parallel(bench, ours)
     out["parallel_pods"] = bench.o.parallel
     out["growth"] = _growth(samples, impl_of, ours)
@@ -149,4 +151,36 @@ def _parallel(bench: Any, ours: Optional[str]) -> dict:
     result: dict[str, dict] = {m: {c: stats(v) for c, v in cm.items()} for m, cm in par.items()}
     if ours in par and "reference" in par:
         result["ratio"] = {c: median_ratio(result[ours].get(c, {}), result["reference"].get(c, {})) for c in ("ADD", "DEL")}
+    return result
+
+
+def _status(rows: list[dict], ours: Optional[str], ref_types: set[str]) -> dict:
+    """mode -> the STATUS sweep's cost: per sweep (the whole chain; "like_for_like" only the plugin
+    types the reference chain has; "later_sweeps" without the first), per plugin, and which plugins
+    failed it; plus like-for-like ours/reference and warm/reference ratios of the medians.  Every
+    exec counts, failed or not: a node pays for it either way."""
+    per_mode: dict[str, list[dict]] = {}
+    for row in rows:
+        per_mode.setdefault(row["mode"], []).append(row)
+    result: dict[str, Any] = {}
+    for mode, sweeps in per_mode.items():
+        sweeps = sorted(sweeps, key=lambda r: r["sweep"])
+        plugins: dict[str, list[float]] = {}
+        failed: dict[str, str] = {}
+        for row in sweeps:
+            for ptype, seconds in row["plugins"].items():
+                plugins.setdefault(ptype, []).append(seconds)
+            failed.update(row["failed"])
+        result[mode] = {
+            "sweep": stats([r["seconds"] for r in sweeps]),
+            "first_sweep_ms": sweeps[0]["seconds"] * 1000,
+            "later_sweeps": stats([r["seconds"] for r in sweeps[1:]]),
+            "like_for_like": stats([sum(s for p, s in r["plugins"].items() if not ref_types or p in ref_types)
+                                    for r in sweeps]),
+            "plugins": {p: stats(v) for p, v in plugins.items()},
+            "failed": failed,
+        }
+    for key, which in (("ratio", ours), ("ratio_warm", "warm")):
+        if which in result and "reference" in result:
+            result[key] = median_ratio(result[which]["like_for_like"], result["reference"]["sweep"])
     return result

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 
 
 def _tiny(tmp_path, reference_dir: str, **kw) -> bench.Options:
-    base = dict(pods=2, parallel=2, parallel_rounds=1, growth=(0, 3), growth_samples=1, floor_samples=2,
+    base = dict(pods=2, parallel=2, parallel_rounds=1, growth=(0, 3), growth_samples=1, floor_samples=2, status_sweeps=2,
                 modes=("cold", "reference"), reference_dir=reference_dir, output_dir=str(tmp_path / "out"),
                 quiet=True)
     base.update(kw)
@@ -45,12 +45,18 @@ def test_tiny_bench_side_by_side(tmp_path, reference_dir):
     if "route-override" in out["chain"]:  # ours only, reported alone
         assert set(out["chain"]["route-override"]["ADD"]) == {"cold"}
     assert out["floor"]["n"] == 2 and out["floor"]["median_ms"] > 0
+    # the STATUS sweep: every plugin of the chain at 1.1.0, counted for both sides
+    for mode in ("cold", "reference"):
+        assert out["status"][mode]["sweep"]["n"] == 2 and out["status"][mode]["sweep"]["median_ms"] > 0
+    assert out["status"]["cold"]["failed"] == {}, "a STATUS of ours failed on a healthy node"
+    assert set(out["status"]["cold"]["plugins"]) == set(out["modes"]["cold"]["plugins"]) - {"host-local"}
+    assert out["status"]["ratio"] > 0
     assert {t["target"].split()[0] for t in out["targets"]} >= {"chain"}
     # files: JSON equal to the summary, a table, and a chart or a note why not
     with open(files["json"]) as fh:
         assert json.load(fh)["schema"] == "cnichain-bench/1"
     table = open(files["table"]).read()
-    assert "chain totals per pod" in table and "growth" in table and "ours/ref" in table
+    assert "chain totals per pod" in table and "growth" in table and "ours/ref" in table and "STATUS sweep" in table
     assert "png" in files or any(n.startswith("chart skipped") for n in out["notes"])
     if "png" in files:
         with open(files["png"], "rb") as fh:

@@ -201,7 +201,7 @@ def test_bad_options_are_refused():
 
 def test_phases_with_nothing_to_do_are_dropped():
     o = bench.parse_args(["--parallel", "0", "--growth", "", "--parallel-rounds", "0", "--no-chart"])
-    assert o.phases == ("floor", "chain") and o.parallel_rounds == 1 and o.chart is False
+    assert o.phases == ("floor", "chain", "status") and o.parallel_rounds == 1 and o.chart is False
     assert bench.parse_args([]) == bench.Options()
 
 
@@ -276,3 +276,24 @@ def test_chain_chart_bars_per_plugin_command_and_mode():
     assert list(values) == ["cold", "warm", "reference"]
     assert values["warm"][0] == pytest.approx(6) and values["reference"][0] == pytest.approx(10)
     assert "route-override\nADD" in labels and values["reference"][labels.index("route-override\nADD")] is None
+
+
+def test_status_sweeps_count_failed_execs_and_compare_like_for_like():
+    """The reference's failed STATUS execs are its cost all the same; ours like-for-like leaves
+    out plugins the reference chain lacks (route-override here)."""
+    fake = _fake_bench()
+    fake.status_sweeps = [
+        {"mode": "cold", "sweep": i, "seconds": 0.030, "plugins": {"bridge": 0.020, "route-override": 0.010},
+         "failed": {}} for i in range(3)
+    ] + [
+        {"mode": "reference", "sweep": i, "seconds": 0.005, "plugins": {"bridge": 0.005},
+         "failed": {"bridge": "unknown command"}} for i in range(3)
+    ]
+    out = summarize(fake, 1.0)["status"]
+    assert out["cold"]["sweep"]["median_ms"] == pytest.approx(30)
+    assert out["cold"]["like_for_like"]["median_ms"] == pytest.approx(20)
+    assert out["reference"]["sweep"]["n"] == 3 and out["reference"]["failed"] == {"bridge": "unknown command"}
+    assert out["ratio"] == pytest.approx(4.0) and "ratio_warm" not in out
+    assert out["cold"]["later_sweeps"]["n"] == 2
+    table = bench.render_table(summarize(fake, 1.0))
+    assert "STATUS sweep" in table and "ref fails STATUS in: bridge" in table
