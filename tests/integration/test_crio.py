@@ -191,7 +191,30 @@ def test_gc_keeps_every_live_pod_and_the_next_add_never_reuses_a_live_ip(lab, ma
     assert "no IP addresses available" in str(info.value)
 
 
-# -- the corpus through the CRI-O pattern -------------------------------------------------------
+# -- the shipped conflists and the corpus through the CRI-O pattern ---------------------------------
+
+def _shipped() -> list[str]:
+    return sorted(n for n in os.listdir(conflists_dir()) if n.endswith(".conflist"))
+
+
+@pytest.mark.parametrize("version", ["as-shipped", "1.1.0"])
+@pytest.mark.parametrize("filename", _shipped())
+def test_shipped_conflists_under_crio(lab, make_runtime, filename, version):
+    """Every conflist we ship, at its own version and at 1.1.0 (where GC runs too)."""
+    with open(os.path.join(conflists_dir(), filename)) as fh:
+        data = json.load(fh)
+    if version != "as-shipped":
+        data["cniVersion"] = version
+    c = node(lab, make_runtime, {filename: data})
+    p = pod(lab, 1, ingress_rate=10 * MBIT, ingress_burst=crio.BURST, egress_rate=10 * MBIT, egress_burst=crio.BURST)
+    c.run_pod(p)
+    assert not portmap_table_exists(lab)
+    before = footprint(lab)
+    assert crio.Crio(c.runtime, c.conf_dir).restart([p]) == []
+    assert difference(before, footprint(lab)) == {}
+    c.stop_pod(p)
+    assert leftovers(footprint(lab)) == {}
+
 
 def _corpus_files() -> list[str]:
     return sorted(os.path.basename(p) for p in glob.glob(os.path.join(CORPUS, "*.conf*")))
