@@ -42,7 +42,7 @@ def reset_process_state(env: dict) -> None:
     for key in list(os.environ):
         del os.environ[key]
     os.environ.update(env)
-    nft_mod._nft = None  # a libnftables context belongs to the namespace it was made in
+    nft_mod.reset()  # a libnftables context belongs to the namespace it was made in
     log_mod.log.__init__()  # type: ignore[misc]
 
 
@@ -85,7 +85,7 @@ def detach(keep: set[int]) -> None:
 
 def run(conn: socket.socket, req: protocol.AgentRequest, plugin: Any, net_fd: int, mnt_fd: int, limit: float,
         delegates: Optional[Any] = None) -> int:
-    """Run one request in this (forked or pooled) process and answer the shim; returns the exit status."""
+    """Run one request in a process forked for it and answer the shim; returns the exit status."""
     detach({conn.fileno(), net_fd, mnt_fd})
     arm_alarm(limit)  # default action: terminate; bounds any hang
     peer.enter(net_fd, mnt_fd)
@@ -94,7 +94,16 @@ def run(conn: socket.socket, req: protocol.AgentRequest, plugin: Any, net_fd: in
     os.chdir("/")
     os.umask(req.umask)
     reset_process_state(req.env)
+    return answer(conn, req, plugin, limit, delegates)
 
+
+def answer(conn: socket.socket, req: protocol.AgentRequest, plugin: Any, limit: float,
+           delegates: Optional[Any] = None) -> int:
+    """Dispatch ``req`` (already inside its namespaces and state) and write the RESULT to the shim.
+
+    Returns :data:`EXIT_OK`, :data:`EXIT_CNI_ERROR` or :data:`EXIT_UNDELIVERED`: what a one-shot
+    worker exits with, and what a long-lived one reports to the agent (:mod:`pool`).
+    """
     from cnichain.common import invoke
 
     invoke.delegate_runner = delegates
@@ -123,6 +132,11 @@ def outcome_of(status: int, killed: bool) -> tuple[int, str, str]:
         return 1, "timeout", ""
     how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"status {os.WEXITSTATUS(status)}"
     return 1, "crashed", how
+
+
+def outcome_of_report(status: int) -> tuple[int, str, str]:
+    """:func:`outcome_of` for the status a long-lived worker reports (an ``EXIT_*`` value)."""
+    return outcome_of(status << 8, False)  # the wait status of a process that exited with it
 
 
 def failure_message(req: protocol.AgentRequest, outcome: str, how: str, limit: float) -> str:
