@@ -1,15 +1,19 @@
-"""One request, run in a child forked for it: the same dispatch a cold exec runs, isolated like one.
+"""One request: the same dispatch a cold exec runs, isolated like one.
 
-The child drops the agent's signal handlers and descriptors, enters the caller's namespaces, takes
-the request's environment, umask and a private stdout/stderr, runs
-:func:`cnichain.common.skel.dispatch` and writes the RESULT frame to the shim itself -- so the
-answer survives the agent being killed or restarted mid-request.  Its own alarm bounds any hang;
-the agent (:mod:`inflight`) adds a SIGKILL after a grace period in case the alarm is ignored or blocked.
+:func:`answer` is what every worker does for a request (dispatch with private streams, write the
+RESULT to the shim); a long-lived worker (:mod:`pool`) calls it between entering the request's
+state and going home (:mod:`home`).  :func:`run` is the one-shot form, in a child forked for a
+request too large for a long-lived worker's channel: it drops the agent's signal handlers and
+descriptors, enters the caller's namespaces, takes the request's environment and umask, and
+answers.  Either way the worker writes the RESULT frame to the shim itself -- so the answer
+survives the agent being killed or restarted mid-request.  Its own alarm bounds any hang; the
+agent (:mod:`inflight`) adds a SIGKILL after a grace period in case the alarm is ignored or blocked.
 
-The exit status tells the server what happened without another channel: :data:`EXIT_OK` and
-:data:`EXIT_CNI_ERROR` mean the shim got the answer, :data:`EXIT_UNDELIVERED` that it could not
-be written, anything else (including death by a signal) that the server must answer for the
-worker.  :func:`outcome_of` turns a wait status into that verdict.
+The status tells the agent what happened: :data:`EXIT_OK` and :data:`EXIT_CNI_ERROR` mean the shim
+got the answer, :data:`EXIT_UNDELIVERED` that it could not be written, anything else (including
+death by a signal) that the agent must answer for the worker.  A one-shot worker exits with it, a
+long-lived one reports it in DONE; :func:`outcome_of` and :func:`outcome_of_report` turn either
+into that verdict.
 """
 
 from __future__ import annotations
