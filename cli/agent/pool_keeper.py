@@ -149,13 +149,14 @@ class PoolKeeper:
         if msg == pool.READY and w.state == pool.WARMING:
             w.state = pool.IDLE
             return
-        done = pool.decode_done(msg) if msg else None
-        if done is None or w.state != pool.BUSY:
-            # End-of-stream (it is exiting; its pidfd says when), or something a worker never
-            # sends: either way it takes no more requests.
+        if not msg:
+            # End-of-stream: it is exiting (its pidfd says when, and on_exit says whether that
+            # was expected).
             events.unregister(self.sel, w.chan)
-            if w.state != pool.BUSY:
-                w.state = pool.RETIRING
+            return
+        done = pool.decode_done(msg)
+        if done is None or w.state != pool.BUSY:
+            self._retire(w, f"unexpected message {msg[:16]!r}")  # something a worker never sends
             return
         conn, w.conn = w.conn, None
         w.served += 1
@@ -186,7 +187,7 @@ class PoolKeeper:
         if conn is not None:
             self.died(conn, status, usage)  # it crashed, hung or was killed serving conn
         elif w.state != pool.RETIRING:
-            self.log(f"pool: worker {w.pid} exited while idle ({_how(status)})")
+            self.log(f"pool: worker {w.pid} exited while {w.state} ({_how(status)})")
             self.retry_at = time.monotonic() + RETRY_AFTER
         w.close()
 
