@@ -336,14 +336,17 @@ def agent(
     request_timeout: float = typer.Option(60.0, "--request-timeout", help="Seconds before a request's worker is killed"),
     max_workers: int = typer.Option(64, "--max-workers", help="Concurrent requests; more are sent back to the cold path"),
     log_file: str = typer.Option("", "--log-file", help="Request log (default: stderr)"),
-    pool: int = typer.Option(6, "--pool", help="Workers forked and warmed ahead of demand (0: fork per request)"),
+    pool: int = typer.Option(6, "--pool", help="Long-lived workers kept ready at least; more stay after a burst (0: none ahead of demand)"),
+    worker_requests: int = typer.Option(1000, "--worker-requests", help="A worker retires after this many requests (1: a fresh process each)"),
+    worker_rss_growth: int = typer.Option(64, "--worker-rss-growth", help="A worker retires when its resident memory grew by more MiB than this (0: never)"),
 ) -> None:
     """Run the node agent in the foreground: warm plugin handlers behind the installed shims."""
     from cnichain.cli.agent import serve
 
     raise typer.Exit(serve(socket_path, metrics_socket=metrics_socket, metrics_port=metrics_port,
                            request_timeout=request_timeout, max_workers=max_workers, log_file=log_file or None,
-                           pool_size=max(0, pool)))
+                           pool_size=max(0, pool), worker_requests=max(1, worker_requests),
+                           worker_rss_growth=max(0, worker_rss_growth) << 20))
 
 
 @app.command()

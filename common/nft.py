@@ -16,20 +16,46 @@ if TYPE_CHECKING:  # annotations only (typing costs milliseconds per exec)
 from .errors import CniError, Code
 from .kernel_errors import NftError
 
-_nft: Any = None
+_nft: Any = None  # the context for the namespace below, made on first use there
+_nft_netns: Any = None  # (device, inode) of the network namespace _nft was made in
+
+
+def _thread_netns() -> tuple[int, int]:
+    import os
+
+    st = os.stat("/proc/thread-self/ns/net")
+    return st.st_dev, st.st_ino
 
 
 def handle() -> Any:
-    global _nft
-    if _nft is None:
+    """The libnftables context for the calling thread's network namespace.
+
+    libnftables opens its netlink socket when the context is made, and a netlink socket stays bound
+    to the namespace it was opened in: a context made in one namespace and used after entering
+    another would read and write the first one's ruleset.  So the cached context is keyed by the
+    namespace it was made in (one ``stat``), and a process that moves between namespaces -- the
+    node agent's long-lived workers -- gets a fresh one wherever it is.
+    """
+    global _nft, _nft_netns
+    where = _thread_netns()
+    if _nft is None or _nft_netns != where:
         try:
             import nftables
         except ImportError as exc:
             raise CniError(Code.NOT_AVAILABLE, "the nftables Python binding is not installed", str(exc)) from None
-        _nft = nftables.Nftables()
-        _nft.set_json_output(True)
-        _nft.set_handle_output(True)
+        _nft = None  # the old context (and its socket) goes before the new one is made
+        ctx = nftables.Nftables()
+        ctx.set_json_output(True)
+        ctx.set_handle_output(True)
+        _nft, _nft_netns = ctx, where
     return _nft
+
+
+def reset() -> None:
+    """Drop the cached context (and with it its netlink socket): what a process that served one
+    request and will serve another in some other namespace does between them."""
+    global _nft, _nft_netns
+    _nft = _nft_netns = None
 
 
 def apply(commands: list[dict], what: str) -> None:

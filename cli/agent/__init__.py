@@ -1,17 +1,18 @@
-"""The node agent: plugin handlers kept warm, one forked worker per request.
+"""The node agent: plugin handlers kept warm in long-lived workers, each request from a verified clean state.
 
 A cold plugin exec pays for interpreter start-up and the pyroute2 import (150-200 ms).  The agent
 pays once: at start it imports every plugin and what they use, then serves requests from the
 installed shims (:mod:`cnichain.common.shim`) on a root-only unix socket.  Each request runs the
-same :func:`cnichain.common.skel.dispatch` the cold path runs, in a child forked for it (ahead of
-demand when the pool has one ready, see ``pool``):
+same :func:`cnichain.common.skel.dispatch` the cold path runs, in a worker process that serves one
+request after another (``pool``), returning to its own namespaces and verified state in between
+(``home``) and replaced whenever it cannot prove that state, or a request crashed or hung in it:
 
-* the child enters the caller's network and mount namespaces (opened from the peer's pid the
+* the worker enters the caller's network and mount namespaces (opened from the peer's pid the
   moment the connection is accepted, then checked against the namespace the shim says it is in),
   so a caller whose "node" is a namespace of its own sees exactly what a cold exec would do;
-* the child gets the request's environment, umask and a private stdout/stderr; nothing it does
+* the worker gets the request's environment, umask and a private stdout/stderr; nothing it does
   reaches the agent, and a crash or hang only fails that request (it is killed after a limit);
-* the child writes the answer to the shim itself, so the answer survives the agent being killed
+* the worker writes the answer to the shim itself, so the answer survives the agent being killed
   or restarted mid-request (see the shim's docstring for the handshake and retry semantics).
 
 Counters and latency histograms per plugin and command are served in Prometheus text format over
@@ -25,15 +26,16 @@ The modules, one job each (pure ones marked):
 ``peer``       caller credentials, its namespaces, and entering them
 ``sockets``    listening sockets set up safely; send-and-forget writes
 ``warmup``     importing every plugin and heavy library before the first fork
-``worker``     the forked child: isolate, dispatch, answer; what its exit status means
-``pool``       workers forked and warmed ahead of demand, handed one request each (SCM_RIGHTS)
+``worker``     one request: isolate, dispatch, answer; what a worker's status means
+``pool``       long-lived workers: fork, warm, take requests (SCM_RIGHTS), report DONE or retire
+``home``       a worker's home state: captured once, returned to and verified after each request
 ``delegates``  IPAM delegates forked inside a worker instead of exec'd back to us
 ``log``        the request log
 ``connection`` one accepted connection and its states: read -> go -> run, each with its deadline
 ``events``     the tags of the selector's keys, named once
 ``handshake``  admission at accept, then REQUEST/ACK/GO; VERSION, metrics and refusals answered
-``inflight``   a request's worker from GO to reaping: start (pooled or forked), reap, kill
-``pool_keeper`` the agent's idle pooled workers: refill, "ready", early exits, take one, close
+``inflight``   a request's worker from GO to its DONE or death: start, finish, answer for it, kill
+``pool_keeper`` the agent's workers: take (or fork at once), "ready"/DONE/exits, sizing, close
 ``server``     the event loop: register, dispatch, signals, drain, the deadline sweep
 ``control``    start/stop an agent process, fetch its metrics (tests, bench, operators)
 

@@ -26,8 +26,10 @@ class AgentConfig:
     request_timeout: float = 60.0
     max_request: int = MAX_REQUEST
     max_workers: int = 64
-    pool_size: int = 6  # pre-forked, pre-warmed workers kept ready (0: fork at each request); one
-    # pod through a five-plugin chain takes six (bridge's IPAM delegate is a request too), ~5 MB each
+    pool_size: int = 6  # long-lived workers kept ready at least (more after bursts, see pool_keeper);
+    # one pod through a five-plugin chain takes six (bridge's IPAM delegate is a request too)
+    worker_requests: int = 1000  # a worker retires after serving this many (1: a fresh process each)
+    worker_rss_growth: int = 64 << 20  # ... or when its resident memory grew this much (bytes; 0: never)
     drain_timeout: Optional[float] = None  # default: request_timeout + KILL_GRACE
     log_file: Optional[str] = None  # default: stderr
     extra_plugins: dict[str, str] = field(default_factory=dict)  # type -> module exposing PLUGIN
@@ -54,7 +56,11 @@ def parse_args(argv: Optional[list[str]] = None) -> AgentConfig:
     p.add_argument("--request-timeout", type=float, default=60.0)
     p.add_argument("--max-workers", type=int, default=64)
     p.add_argument("--pool", type=int, default=6, metavar="N",
-                   help="pre-forked, pre-warmed workers kept ready (0 = fork one per request)")
+                   help="long-lived workers kept ready at least; more stay after a burst (0 = none ahead of demand)")
+    p.add_argument("--worker-requests", type=int, default=1000, metavar="N",
+                   help="a worker retires after N requests (1 = a fresh process for every request)")
+    p.add_argument("--worker-rss-growth", type=int, default=64, metavar="MiB",
+                   help="a worker retires when its resident memory grew by more than this (0 = never)")
     p.add_argument("--drain-timeout", type=float, default=None)
     p.add_argument("--log-file", default=None)
     p.add_argument("--exec-delegates", action="store_true",
@@ -75,6 +81,8 @@ def parse_args(argv: Optional[list[str]] = None) -> AgentConfig:
         request_timeout=ns.request_timeout,
         max_workers=ns.max_workers,
         pool_size=max(0, ns.pool),
+        worker_requests=max(1, ns.worker_requests),
+        worker_rss_growth=max(0, ns.worker_rss_growth) << 20,
         drain_timeout=ns.drain_timeout,
         log_file=ns.log_file,
         extra_plugins=extra,

@@ -1,7 +1,7 @@
 """What the agent's selector keys carry: a tag naming the kind of object, and the object.
 
 The event loop registers several kinds of descriptor on one epoll selector -- the signal wakeup
-socket, listeners, client connections, running workers' pidfds, and the pool's idle workers (their
+socket, listeners, client connections, one-shot workers' pidfds, and the long-lived workers (their
 channel and their pidfd) -- and dispatches a ready key on its tag.  The tags live here, named once,
 because the loop and the pool keeper both register keys; :func:`unregister` is the one way either
 forgets one (the object may already be gone from the selector, which is not an error), and
@@ -18,8 +18,8 @@ WAKE = "wake"  # the signal wakeup socket; data: (WAKE, None)
 LISTEN = "listen"  # a listening socket; data: (LISTEN, listener kind)
 CONN = "conn"  # an accepted connection; data: (CONN, Conn)
 CHILD = "child"  # a running request's worker pidfd; data: (CHILD, Conn)
-IDLE_CHAN = "idle-chan"  # a pooled worker's channel ("ready", or its end); data: (IDLE_CHAN, Idle)
-IDLE_EXIT = "idle-exit"  # a pooled worker's pidfd (it exited unused); data: (IDLE_EXIT, Idle)
+WORKER_CHAN = "worker-chan"  # a long-lived worker's channel ("ready", DONE, or its end); data: (WORKER_CHAN, Worker)
+WORKER_EXIT = "worker-exit"  # a long-lived worker's pidfd (it exited); data: (WORKER_EXIT, Worker)
 
 
 def unregister(sel: selectors.BaseSelector, fileobj: Union[int, socket.socket]) -> None:

@@ -1,11 +1,13 @@
-"""Requests in flight: the worker each one runs in, from the go-ahead to its reaping.
+"""Requests in flight: the worker each one runs in, from the go-ahead to its report or its death.
 
-At GO a connection gets a worker -- a warm one from the pool when one is ready, else one forked on
-the spot -- and from then on the worker, not the agent, answers the shim.  The agent only watches
-the worker's pidfd: when it exits, :meth:`InFlight.reap` logs and counts the outcome and answers
-the shim in the worker's place if it timed out or crashed; when it overstays its deadline,
-:meth:`InFlight.kill` ends it.  The count of workers here is what ``--max-workers`` bounds, and
-what a drain waits for.
+At GO a connection gets a worker -- a ready long-lived one, else one forked for it on the spot
+(:mod:`pool_keeper`) -- and from then on the worker, not the agent, answers the shim.  A long-lived
+worker reports DONE when it has answered and is back home (:meth:`InFlight.finished`); when it dies
+instead -- a crash, its alarm, the agent's SIGKILL at the deadline -- :meth:`InFlight.died` answers
+the shim in its place.  A request too large for a worker's channel runs in a one-shot worker forked
+for it, reaped here (:meth:`InFlight.reap`).  Either way the outcome is logged and counted once,
+in :meth:`InFlight._end`.  The count of requests here is what ``--max-workers`` bounds, and what a
+drain waits for.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 import selectors
 import signal
 import time
-from typing import Callable
+from typing import Any, Callable, Optional
 
 from cnichain.cli.agent import events, protocol, sockets, worker
 from cnichain.cli.agent.config import AgentConfig
@@ -22,7 +24,8 @@ from cnichain.cli.agent.connection import Conn
 from cnichain.cli.agent.delegates import DelegateRunner
 from cnichain.cli.agent.log import AgentLog
 from cnichain.cli.agent.metrics import Metrics
-from cnichain.cli.agent.pool_keeper import PoolKeeper
+from cnichain.cli.agent.pool import Done
+from cnichain.cli.agent.pool_keeper import POOLED, PoolKeeper
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -51,6 +54,8 @@ class InFlight:
         self.log = log
         self.close = close
         self.children = {}
+        pool.finished = self.finished
+        pool.died = self.died
 
     @property
     def count(self) -> int:
@@ -60,59 +65,80 @@ class InFlight:
     def start(self, conn: Conn) -> None:
         """The shim said GO: move ``conn`` to RUN and give its request to a worker."""
         assert conn.req is not None
-        plugin = self.plugins[conn.req.plugin_type]
         conn.run(time.monotonic(), self.cfg.request_timeout)
         conn.sock.setblocking(True)
-        pid, pidfd = self.pool.take(conn.payload, conn.sock, conn.net_fd, conn.mnt_fd)
-        conn.pooled = bool(pid)
-        if pid:
-            self.metrics.worker_started("pooled")
+        w, how = self.pool.take(conn.payload, conn.sock, conn.net_fd, conn.mnt_fd)
+        self.metrics.worker_started(how)
+        if w is not None:  # a long-lived worker: its DONE (or its death) ends the request
+            self.pool.attach(w, conn)
+            conn.pooled = how == POOLED
+            conn.child, conn.pidfd = w.pid, w.pidfd  # the pidfd stays the pool's; only tracked here
         else:
-            self.log.flush_before_fork()
-            pid = os.fork()
-            if pid == 0:  # the worker
-                status = worker.EXIT_FAILED
-                try:
-                    delegates = DelegateRunner(self.plugins, self.cfg.socket_path, self.cfg.request_timeout)
-                    status = worker.run(conn.sock, conn.req, plugin, conn.net_fd, conn.mnt_fd,
-                                        self.cfg.request_timeout, delegates if self.cfg.fork_delegates else None)
-                except BaseException:  # noqa: BLE001 - the parent reports it; never unwind into the loop
-                    status = worker.EXIT_FAILED
-                finally:
-                    os._exit(status)
-            pidfd = os.pidfd_open(pid)
-            self.metrics.worker_started("forked")
-        conn.child = pid
+            conn.child, conn.pidfd = self._fork_one_shot(conn)
+            self.sel.register(conn.pidfd, selectors.EVENT_READ, (events.CHILD, conn))
         conn.close_ns_fds()
-        conn.pidfd = pidfd
         self.children[conn.pidfd] = conn
         self.metrics.inflight = len(self.children)
-        self.sel.register(conn.pidfd, selectors.EVENT_READ, (events.CHILD, conn))
+        self.pool.note_parallel(len(self.children))
+
+    def _fork_one_shot(self, conn: Conn) -> tuple[int, int]:
+        """A worker forked for this one request, which exits after it (a request too large for a
+        long-lived worker's channel, or one could not be forked): (pid, pidfd)."""
+        assert conn.req is not None
+        plugin = self.plugins[conn.req.plugin_type]
+        self.log.flush_before_fork()
+        pid = os.fork()
+        if pid == 0:  # the worker
+            status = worker.EXIT_FAILED
+            try:
+                delegates = DelegateRunner(self.plugins, self.cfg.socket_path, self.cfg.request_timeout)
+                status = worker.run(conn.sock, conn.req, plugin, conn.net_fd, conn.mnt_fd,
+                                    self.cfg.request_timeout, delegates if self.cfg.fork_delegates else None)
+            except BaseException:  # noqa: BLE001 - the parent reports it; never unwind into the loop
+                status = worker.EXIT_FAILED
+            finally:
+                os._exit(status)
+        return pid, os.pidfd_open(pid)
 
     def reap(self, conn: Conn) -> None:
-        """Its pidfd is readable: the worker exited.  Log and count it, answer for it if it could
-        not, and let the connection go."""
+        """A one-shot worker's pidfd is readable: it exited.  Reap it and end the request."""
         usage = None
         try:
             _pid, status, usage = os.wait4(conn.child, 0)
         except ChildProcessError:
             status = 0
+        events.unregister(self.sel, conn.pidfd)
+        os.close(conn.pidfd)
+        self._end(conn, *worker.outcome_of(status, conn.killed), usage=usage)
+
+    def finished(self, conn: Conn, done: Done) -> None:
+        """A long-lived worker reported DONE for ``conn``: the shim has its answer."""
+        code, outcome, how = worker.outcome_of_report(done.status)
+        self._end(conn, code, outcome, how, cost=(done.cpu, done.faults))
+
+    def died(self, conn: Conn, status: int, usage: Any) -> None:
+        """A long-lived worker exited without reporting DONE for ``conn``: it crashed, hung (its
+        alarm) or was killed at the deadline.  The pool keeper reaped it."""
+        self._end(conn, *worker.outcome_of(status, conn.killed), usage=usage)
+
+    def _end(self, conn: Conn, code: int, outcome: str, how: str, usage: Any = None,
+             cost: Optional[tuple[float, int]] = None) -> None:
+        """Log and count the request, answer for its worker if it could not, let the connection go."""
         elapsed = time.monotonic() - conn.started
         req = conn.req
         assert req is not None
-        code, outcome, how = worker.outcome_of(status, conn.killed)
         self.metrics.done(req.plugin_type, req.command, outcome, elapsed)
         if outcome in ("timeout", "crashed"):
             msg = worker.failure_message(req, outcome, how, self.cfg.request_timeout)
             sockets.send_quietly(conn.sock, protocol.error_result(msg))
+        if usage is not None:
+            cost = (usage.ru_utime + usage.ru_stime, usage.ru_minflt)
         self.log(
             f"request plugin={req.plugin_type} command={req.command or '-'} container={req.container_id} "
             f"exit={code} outcome={outcome} ms={elapsed * 1000:.1f} worker={conn.child}{'/pooled' if conn.pooled else ''}"
-            + (f" cpu_ms={(usage.ru_utime + usage.ru_stime) * 1000:.1f} faults={usage.ru_minflt}" if usage else "")
+            + (f" cpu_ms={cost[0] * 1000:.1f} faults={cost[1]}" if cost else "")
         )
-        events.unregister(self.sel, conn.pidfd)
         del self.children[conn.pidfd]
-        os.close(conn.pidfd)
         conn.pidfd = -1
         self.metrics.inflight = len(self.children)
         self.close(conn)

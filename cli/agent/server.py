@@ -205,9 +205,9 @@ class Agent:
             self._readable(arg)
         elif tag == events.CHILD:
             self.inflight.reap(arg)
-        elif tag == events.IDLE_CHAN:
+        elif tag == events.WORKER_CHAN:
             self.pool.on_message(arg)
-        elif tag == events.IDLE_EXIT:
+        elif tag == events.WORKER_EXIT:
             self.pool.on_exit(arg)
 
     def _next_deadline(self, now: float) -> float:

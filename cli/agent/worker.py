@@ -1,15 +1,19 @@
-"""One request, run in a child forked for it: the same dispatch a cold exec runs, isolated like one.
+"""One request: the same dispatch a cold exec runs, isolated like one.
 
-The child drops the agent's signal handlers and descriptors, enters the caller's namespaces, takes
-the request's environment, umask and a private stdout/stderr, runs
-:func:`cnichain.common.skel.dispatch` and writes the RESULT frame to the shim itself -- so the
-answer survives the agent being killed or restarted mid-request.  Its own alarm bounds any hang;
-the agent (:mod:`inflight`) adds a SIGKILL after a grace period in case the alarm is ignored or blocked.
+:func:`answer` is what every worker does for a request (dispatch with private streams, write the
+RESULT to the shim); a long-lived worker (:mod:`pool`) calls it between entering the request's
+state and going home (:mod:`home`).  :func:`run` is the one-shot form, in a child forked for a
+request too large for a long-lived worker's channel: it drops the agent's signal handlers and
+descriptors, enters the caller's namespaces, takes the request's environment and umask, and
+answers.  Either way the worker writes the RESULT frame to the shim itself -- so the answer
+survives the agent being killed or restarted mid-request.  Its own alarm bounds any hang; the
+agent (:mod:`inflight`) adds a SIGKILL after a grace period in case the alarm is ignored or blocked.
 
-The exit status tells the server what happened without another channel: :data:`EXIT_OK` and
-:data:`EXIT_CNI_ERROR` mean the shim got the answer, :data:`EXIT_UNDELIVERED` that it could not
-be written, anything else (including death by a signal) that the server must answer for the
-worker.  :func:`outcome_of` turns a wait status into that verdict.
+The status tells the agent what happened: :data:`EXIT_OK` and :data:`EXIT_CNI_ERROR` mean the shim
+got the answer, :data:`EXIT_UNDELIVERED` that it could not be written, anything else (including
+death by a signal) that the agent must answer for the worker.  A one-shot worker exits with it, a
+long-lived one reports it in DONE; :func:`outcome_of` and :func:`outcome_of_report` turn either
+into that verdict.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ def reset_process_state(env: dict) -> None:
     for key in list(os.environ):
         del os.environ[key]
     os.environ.update(env)
-    nft_mod._nft = None  # a libnftables context belongs to the namespace it was made in
+    nft_mod.reset()  # a libnftables context belongs to the namespace it was made in
     log_mod.log.__init__()  # type: ignore[misc]
 
 
@@ -85,7 +89,7 @@ def detach(keep: set[int]) -> None:
 
 def run(conn: socket.socket, req: protocol.AgentRequest, plugin: Any, net_fd: int, mnt_fd: int, limit: float,
         delegates: Optional[Any] = None) -> int:
-    """Run one request in this (forked or pooled) process and answer the shim; returns the exit status."""
+    """Run one request in a process forked for it and answer the shim; returns the exit status."""
     detach({conn.fileno(), net_fd, mnt_fd})
     arm_alarm(limit)  # default action: terminate; bounds any hang
     peer.enter(net_fd, mnt_fd)
@@ -94,7 +98,16 @@ def run(conn: socket.socket, req: protocol.AgentRequest, plugin: Any, net_fd: in
     os.chdir("/")
     os.umask(req.umask)
     reset_process_state(req.env)
+    return answer(conn, req, plugin, limit, delegates)
 
+
+def answer(conn: socket.socket, req: protocol.AgentRequest, plugin: Any, limit: float,
+           delegates: Optional[Any] = None) -> int:
+    """Dispatch ``req`` (already inside its namespaces and state) and write the RESULT to the shim.
+
+    Returns :data:`EXIT_OK`, :data:`EXIT_CNI_ERROR` or :data:`EXIT_UNDELIVERED`: what a one-shot
+    worker exits with, and what a long-lived one reports to the agent (:mod:`pool`).
+    """
     from cnichain.common import invoke
 
     invoke.delegate_runner = delegates
@@ -123,6 +136,11 @@ def outcome_of(status: int, killed: bool) -> tuple[int, str, str]:
         return 1, "timeout", ""
     how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"status {os.WEXITSTATUS(status)}"
     return 1, "crashed", how
+
+
+def outcome_of_report(status: int) -> tuple[int, str, str]:
+    """:func:`outcome_of` for the status a long-lived worker reports (an ``EXIT_*`` value)."""
+    return outcome_of(status << 8, False)  # the wait status of a process that exited with it
 
 
 def failure_message(req: protocol.AgentRequest, outcome: str, how: str, limit: float) -> str:

@@ -164,6 +164,13 @@ def _build_tbf_msg_class() -> Any:
     from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
     class tbf_tcmsg(tcmsg):
+        # pyroute2 compiles a message class's attribute table on its first instance and marks the
+        # class compiled -- a mark a subclass inherits: once any plain tcmsg was built in this
+        # process (a qdisc dump: always, in a warm agent worker), this class would use tcmsg's
+        # table, encode TCA_OPTIONS through pyroute2's own tbf options and compute its two
+        # unused 256-entry rate tables in Python (~5 ms per ADD).  A mark of its own keeps this
+        # table ours in every process, warm or cold.
+        _nlmsg_base__compiled_nla = False
         nla_map = (
             ("TCA_UNSPEC", "none"),
             ("TCA_KIND", "asciiz"),
