@@ -153,7 +153,9 @@ def create_veth(host: Any, pod: Any, pod_fd: int, cfg: BridgeConfig, ifname: str
         except failures() as exc:
             if errno_of(exc) == errno.EEXIST:
                 if pod.link_lookup(ifname=ifname):
-                    raise plugin_error(f"container veth name provided ({ifname}) already exists") from None
+                    raise plugin_error(
+                        f'container veth name ("{ifname}") peer provided ("{name}") already exists'
+                    ) from None
                 continue  # host name clash: draw another one
             raise KernelError.of(exc, "failed to make veth pair") from None
         found = host.link_lookup(ifname=name)
@@ -344,16 +346,18 @@ def delete_pod_link(netns_path: str, ifname: str) -> bool:
 # -- gateway on the bridge -------------------------------------------------------------------------
 
 def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[str]) -> str:
-    """Put each "gw/prefix" on the bridge (the reference's ensureAddr), then pin the bridge MAC.
+    """Put each "gw/prefix" on the bridge, or on the ``<bridge>.<vlan>`` gateway device (the
+    reference's ensureAddr), then pin that device's MAC.
 
     Returns the pinned MAC ("" when there was nothing to do): it cannot change any more, so the
-    caller reports it without reading the bridge again.
+    caller reports it without reading the device again.
     """
     if not addrs:
         return ""
     from .plan import interface
 
     index = bridge["index"]
+    dev = attr(bridge, "IFLA_IFNAME") or cfg.bridge
     for cidr in addrs:
         want = interface(cidr)
         family = 2 if want.version == 4 else 10
@@ -367,12 +371,12 @@ def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[st
             if not overlaps:
                 continue
             if not cfg.force_address:
-                raise plugin_error(f'"{cfg.bridge}" already has an IP address different from {cidr}')
+                raise plugin_error(f'"{dev}" already has an IP address different from {cidr}')
             try:
                 ipr.addr("del", index=index, address=str(have.ip), prefixlen=have.network.prefixlen)
             except failures() as exc:
                 if not is_gone(exc):
-                    raise KernelError.of(exc, f'could not remove IP address from "{cfg.bridge}"') from None
+                    raise KernelError.of(exc, f'could not remove IP address from "{dev}"') from None
         kwargs: dict[str, Any] = {"index": index, "address": str(want.ip), "prefixlen": want.network.prefixlen}
         if want.version == 6:
             kwargs["flags"] = IFA_F_NODAD
@@ -380,7 +384,7 @@ def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[st
             ipr.addr("add", **kwargs)
         except failures() as exc:
             if errno_of(exc) != errno.EEXIST:
-                raise KernelError.of(exc, f'could not add IP address to "{cfg.bridge}"') from None
+                raise KernelError.of(exc, f'could not add IP address {cidr} to "{dev}"') from None
     # Pin the MAC: otherwise the bridge takes the lowest port MAC and changes as ports churn.
     current = get_link_by_index(ipr, index)
     mac = mac_of(current) if current is not None else ""
@@ -390,6 +394,51 @@ def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[st
         except failures() as exc:
             raise KernelError.of(exc, "could not set bridge's mac") from None
     return mac
+
+
+def ensure_vlan_gateway(host: Any, bridge: Any, cfg: BridgeConfig) -> Any:
+    """The reference's ensureVlanInterface: the ``<bridge>.<vlan>`` device that holds the gateway
+    address when ``vlan`` and ``isGateway`` are both set, created once and shared by every pod of
+    that VLAN (so DEL never removes it, as the reference does not).
+
+    It is one end of a veth pair in the host; the other end is a bridge port with the VLAN as
+    untagged PVID (VID 1 removed unless ``preserveDefaultVlan``), like a pod's port.
+    """
+    name = cfg.vlan_gateway
+    link = get_link(host, name)
+    if link is not None:
+        return link
+    fields = {f: getattr(cfg, f) for f in cfg._fields}
+    port_cfg = type(cfg)(**{**fields, "vlan_trunk": (), "hairpin_mode": False, "port_isolation": False})
+    for _ in range(VETH_NAME_TRIES):
+        port = "veth" + os.urandom(4).hex()
+        kwargs: dict[str, Any] = {"ifname": port, "kind": "veth", "peer": {"ifname": name}}
+        mtu = attr(bridge, "IFLA_MTU")
+        if mtu:
+            kwargs["mtu"] = mtu
+            kwargs["peer"]["mtu"] = mtu
+        try:
+            host.link("add", **kwargs)
+        except failures() as exc:
+            if errno_of(exc) == errno.EEXIST:
+                existing = get_link(host, name)
+                if existing is not None:
+                    return existing  # a concurrent ADD made it first
+                continue
+            raise KernelError.of(exc, f'faild to create vlan gateway "{name}"') from None
+        found = host.link_lookup(ifname=port)
+        if not found:
+            raise plugin_error(f'faild to create vlan gateway "{name}": {port} vanished after creation')
+        attach_host_end(host, port, found[0], bridge["index"], port_cfg)
+        link = get_link(host, name)
+        if link is None:
+            raise plugin_error(f'failed to lookup "{name}"')
+        try:
+            host.link("set", index=link["index"], state="up")
+        except failures() as exc:
+            raise KernelError.of(exc, f'failed to up "{name}"') from None
+        return get_link(host, name) or link
+    raise plugin_error(f'faild to create vlan gateway "{name}": no free host interface name after 10 tries')
 
 
 def enable_forwarding(families: tuple[int, ...]) -> None:

@@ -25,12 +25,19 @@ if TYPE_CHECKING:  # annotations only
 
 
 def _config(req: Request) -> PortmapConfig:
-    cfg = load(req.conf)
-    if cfg.ignored_keys:
+    """The config, strict for ADD only (see :func:`.config.load`); what a lenient load left out
+    and what is accepted for compatibility only are logged once."""
+    cfg = load(req.conf, strict=req.command == "ADD")
+    if cfg.backend == "iptables":
+        log.info('portmap: backend "iptables" requested; this plugin always programs nftables '
+                 f"(table {names.T}), and iptables-style conditions are translated")
+    marks = [k for k in cfg.ignored_keys if k in ("markMasqBit", "externalSetMarkChain")]
+    if marks:
         log.info(
-            f"portmap: {', '.join(cfg.ignored_keys)} only tune the iptables backend's packet marks; "
+            f"portmap: {', '.join(marks)} only tune the iptables backend's packet marks; "
             "this plugin masquerades hairpin and localhost traffic itself, so they have no effect"
         )
+    log.skipped(req.command, cfg.skipped)
     return cfg
 
 
@@ -81,7 +88,7 @@ def cmd_del(req: Request) -> None:
             prev = req.prev_result
         except CniError:
             prev = None
-        if prev is not None:
+        if prev is not None and not cfg.skipped:
             plan, _ips = _plan(req, cfg, prev)
     from . import kernel
 

@@ -118,7 +118,10 @@ def _restore_link(ipr: Any, ifname: str, data: dict) -> None:
 
 
 def cmd_del(req: Request) -> None:
-    cfg = load(req.conf, req.args)  # only a config that does not parse makes DEL fail
+    cfg = load(req.conf, req.args, strict=False)  # only a config that does not parse makes DEL fail
+    log.skipped("DEL", cfg.skipped)
+    if not cfg.data_dir:
+        return None  # no backup can be found (logged above)
     path = backup.backup_path(cfg.data_dir, req.container_id, req.ifname)
     data = backup.load(path)
     if data is None:
@@ -175,7 +178,8 @@ def _restore(req: Request, data: dict) -> list[str]:
 
 def cmd_check(req: Request) -> None:
     check_duplicate_sysctl_keys(req.stdin)
-    cfg = load(req.conf, req.args)
+    cfg = load(req.conf, req.args, strict=False)
+    log.skipped("CHECK", cfg.skipped)
     req.require_prev_result(PREV_MISSING)
     sysctls = resolve_sysctls(cfg, req.ifname)  # IFNAME resolved here too (the reference forgot)
     wanted = plan.wanted_link(cfg)

@@ -336,7 +336,7 @@ def test_interface_name_taken_leaves_nothing(lab, runtime, cni_version):
     held = reserved(lab, "brnet")
     with pytest.raises(PluginFailed) as info:
         runtime.add(conf, Attachment("c1", pod, "eth0"))
-    assert_failed(info.value, Code.INTERNAL, "container veth name provided (eth0) already exists", prefix=True)
+    assert_failed(info.value, Code.INTERNAL, 'container veth name ("eth0") peer provided ("veth', prefix=True)
     assert _state(lab, pod) == before
     assert reserved(lab, "brnet") == held
 

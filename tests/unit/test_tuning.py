@@ -149,14 +149,29 @@ def test_resolve_sysctl(key, ifname, rel):
 
 @pytest.mark.parametrize(
     "key",
-    ["", "net", "kernel.hostname", "net..core", "net.core.", ".net.core", "net/core/somaxconn",
-     "net.ipv4.conf.eth0/../../../kernel.x", "net.core.somaxconn\0", "netfilter.x", "NET.core.x"],
+    ["", "net", "net.", "kernel.hostname", "net.core.somaxconn\0", "netfilter.x", "NET.core.x", "/kernel/x"],
 )
 def test_unsafe_keys_are_refused(key):
     with pytest.raises(CniError) as info:
         resolve_sysctl(key, "1", "eth0")
     assert info.value.code == Code.INVALID_NETWORK_CONFIG
     assert "invalid net sysctl key" in info.value.msg
+
+
+@pytest.mark.parametrize(
+    "key,rel",
+    [
+        # the reference turns dots into slashes and cleans the path: slash-form keys work there
+        ("net/ipv4/conf/IFNAME/arp_filter", "net/ipv4/conf/eth0/arp_filter"),
+        ("net/core/somaxconn", "net/core/somaxconn"),
+        ("/net/core/somaxconn", "net/core/somaxconn"),
+        ("net..core", "net/core"),
+        # no ".." survives the dot replacement, so nothing climbs out of /proc/sys/net
+        ("net.ipv4.conf.eth0/../../../kernel.x", "net/ipv4/conf/eth0/kernel/x"),
+    ],
+)
+def test_keys_the_reference_accepts(key, rel):
+    assert resolve_sysctl(key, "1", "eth0").rel == rel
 
 
 def test_valid_rel_path():
@@ -269,10 +284,10 @@ def test_add_without_keys_passes_prev_result_through(cni_version, tmp_path):
 
 def test_bad_key_fails_before_entering_the_namespace(cni_version, tmp_path):
     conf = conf_for(cni_version, prevResult=prev_for(cni_version), dataDir=str(tmp_path / "d"), mtu=1400,
-                    sysctl={"net.core.somaxconn": "500", "net.ipv4.conf.eth0/../../../../kernel.hostname": "x"})
+                    sysctl={"net.core.somaxconn": "500", "kernel.hostname": "x"})
     code, out = dispatch(PLUGIN, "ADD", conf, CNI_NETNS="/nonexistent/netns")
     assert code == 1 and out["code"] == Code.INVALID_NETWORK_CONFIG
-    assert out["msg"].startswith('invalid net sysctl key: "net.ipv4.conf.eth0/')
+    assert out["msg"].startswith('invalid net sysctl key: "kernel.hostname"')
     assert not (tmp_path / "d").exists()
 
 
