@@ -15,6 +15,7 @@ import time
 from cnichain.common import netns, nft, sysctl
 from cnichain.common.errors import CniError, plugin_error
 from cnichain.common.kernel_errors import KernelError, errno_of, failures
+from cnichain.common.log import log
 from cnichain.common.netlink import is_gone
 
 TYPE_CHECKING = False
@@ -491,6 +492,19 @@ def remove_masquerade(network: str, container_id: str, ifname: str) -> None:
 
     _remove(_masq_list(), "inet", rules.MASQ_TABLE, rules.MASQ_CHAIN,
             rules.owner_tag(network, container_id, ifname), "failed to remove IP masquerading")
+
+
+def remove_reference_masquerade(network: str, container_id: str, ifname: str) -> None:
+    """Swap in place: the masquerade rules the reference bridge (iptables ``CNI-<hash>`` chain or
+    ``inet cni_plugins_masquerade``) made for this attachment, found by its own tags."""
+    from cnichain.common import reference_rules
+
+    done = reference_rules.remove(
+        reference_rules.masquerade_target(network, container_id, ifname),
+        f"remove the reference masquerade rules of {container_id}",
+    )
+    if done:
+        log.info(f"bridge: removed {len(done)} nftables objects the reference bridge left for {container_id}")
 
 
 def masquerade_addresses(network: str, container_id: str, ifname: str) -> Optional[list[str]]:

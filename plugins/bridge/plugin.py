@@ -129,6 +129,7 @@ def cmd_del(req: Request) -> None:
 
     if cfg.ip_masq:
         kernel.remove_masquerade(cfg.network, req.container_id, req.ifname)
+        kernel.remove_reference_masquerade(cfg.network, req.container_id, req.ifname)
     if cfg.macspoofchk:
         kernel.remove_spoof_check(cfg.network, req.container_id, req.ifname)
     if req.netns:

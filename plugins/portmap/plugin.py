@@ -93,6 +93,7 @@ def cmd_del(req: Request) -> None:
     from . import kernel
 
     kernel.remove(names.owner_id(req.network_name, req.container_id), plan)
+    kernel.remove_reference_rules(req.network_name, req.container_id)
     return None
 
 
