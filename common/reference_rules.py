@@ -27,8 +27,6 @@ reach here; the README says so.
 
 from __future__ import annotations
 
-import hashlib
-
 from . import nft
 from .kernel_errors import NftError
 
@@ -49,11 +47,15 @@ MASQ_CHAIN = "masq_checks"
 
 def iptables_chain(network: str, container_id: str, prefix: str = "") -> str:
     """``utils.MustFormatChainNameWithPrefix(network, containerID, prefix)``."""
+    import hashlib  # ~9 ms: only once a table of the reference is there (see plan)
+
     digest = hashlib.sha512((network + container_id).encode()).hexdigest()
     return (CHAIN_PREFIX + prefix + digest)[:MAX_CHAIN_LENGTH]
 
 
 def _hash16(text: str) -> str:
+    import hashlib
+
     return hashlib.sha512(text.encode()).hexdigest()[:16]
 
 
@@ -64,34 +66,41 @@ def masq_comment_prefix(network: str, ifname: str, container_id: str) -> str:
 
 class Target:
     """What to remove for one container: per-container chains in iptables-nft tables, and rules
-    picked by comment in the reference's own nftables tables."""
+    picked by comment in the reference's own nftables tables.  Both are computed only when
+    :func:`plan` found one of those tables (hashing costs an import on every DEL otherwise)."""
 
     __slots__ = ("chains", "commented")
 
     def __init__(
         self,
-        chains: Iterable[tuple[str, str, str]] = (),
-        commented: Iterable[tuple[str, str, tuple[str, ...], Callable[[str], bool]]] = (),
+        chains: Callable[[], list[tuple[str, str, str]]],
+        commented: Iterable[tuple[str, str, tuple[str, ...], Callable[[], Callable[[str], bool]]]] = (),
     ) -> None:
-        self.chains = tuple(chains)  # (family, table, chain name)
-        self.commented = tuple(commented)  # (family, table, chains, comment predicate)
+        self.chains = chains  # -> [(family, table, chain name)]
+        self.commented = tuple(commented)  # (family, table, chains, -> comment predicate)
 
 
 def portmap_target(network: str, container_id: str) -> Target:
-    names = [iptables_chain(network, container_id, p) for p in (PORTMAP_DNAT_PREFIX, PORTMAP_OLD_SNAT_PREFIX)]
-    return Target(
-        chains=[(fam, table, name) for fam, table in IPTABLES_NAT for name in names],
-        commented=[(fam, table, HOSTPORT_CHAINS, lambda c: c == container_id) for fam, table in HOSTPORT_TABLES],
-    )
+    def chains() -> list[tuple[str, str, str]]:
+        names = [iptables_chain(network, container_id, p) for p in (PORTMAP_DNAT_PREFIX, PORTMAP_OLD_SNAT_PREFIX)]
+        return [(fam, table, name) for fam, table in IPTABLES_NAT for name in names]
+
+    def is_container(comment: str) -> bool:
+        return comment == container_id
+
+    return Target(chains, [(fam, table, HOSTPORT_CHAINS, lambda: is_container) for fam, table in HOSTPORT_TABLES])
 
 
 def masquerade_target(network: str, container_id: str, ifname: str) -> Target:
-    name = iptables_chain(network, container_id)
-    prefix = masq_comment_prefix(network, ifname, container_id)
-    return Target(
-        chains=[(fam, table, name) for fam, table in IPTABLES_NAT],
-        commented=[(MASQ_TABLE[0], MASQ_TABLE[1], (MASQ_CHAIN,), lambda c: c.startswith(prefix))],
-    )
+    def chains() -> list[tuple[str, str, str]]:
+        name = iptables_chain(network, container_id)
+        return [(fam, table, name) for fam, table in IPTABLES_NAT]
+
+    def predicate() -> Callable[[str], bool]:
+        prefix = masq_comment_prefix(network, ifname, container_id)
+        return lambda comment: comment.startswith(prefix)
+
+    return Target(chains, [(MASQ_TABLE[0], MASQ_TABLE[1], (MASQ_CHAIN,), predicate)])
 
 
 def _rules(listing: list[dict]) -> list[dict]:
@@ -139,7 +148,11 @@ def plan(target: Target, list_cmd: Callable[[str], Optional[list[dict]]]) -> lis
     tables = {(o["table"]["family"], o["table"]["name"]) for o in list_cmd("list tables") or () if "table" in o}
     out: list[dict] = []
     by_table: dict[tuple[str, str], set[str]] = {}
-    for family, table, name in target.chains:
+    if not tables & set(IPTABLES_NAT):
+        chains: list[tuple[str, str, str]] = []
+    else:
+        chains = target.chains()
+    for family, table, name in chains:
         if (family, table) in tables:
             by_table.setdefault((family, table), set()).add(name)
     for (family, table), names in sorted(by_table.items()):
@@ -148,9 +161,9 @@ def plan(target: Target, list_cmd: Callable[[str], Optional[list[dict]]]) -> lis
         if not any(list_cmd(f"list chain {family} {table} {name}") is not None for name in sorted(names)):
             continue
         out += chain_deletions(list_cmd(f"list table {family} {table}") or [], family, table, names)
-    for family, table, chains, match in target.commented:
+    for family, table, chain_names, predicate in target.commented:
         if (family, table) in tables:
-            out += comment_deletions(list_cmd(f"list table {family} {table}") or [], chains, match)
+            out += comment_deletions(list_cmd(f"list table {family} {table}") or [], chain_names, predicate())
     return out
 
 
