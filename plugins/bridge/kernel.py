@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec
 IFF_PROMISC = 0x100
 IFA_F_NODAD = 0x02
 IFA_F_TENTATIVE = 0x40
+IFA_F_DADFAILED = 0x08
 VETH_NAME_TRIES = 10
 _OPERSTATE_WAITS = (0.0, 0.05, 0.5, 1.0, 1.0)  # seconds, as the reference polls
 
@@ -287,13 +288,34 @@ def set_up(ipr: Any, index: int, ifname: str) -> None:
 
 
 def _wait_not_tentative(pod: Any, index: int, ifname: str, timeout: float = 5.0) -> None:
+    """The reference's ``ip.SettleAddresses`` (1.9.1): wait until no IPv6 address is tentative.
+
+    An address that failed duplicate detection fails ADD at once (1.7.0 on); a timeout fails it
+    only while the link is operationally up (1.9.0: a link that is down never finishes DAD).
+    Only ever called with ``enabledad``: with DAD off nothing is tentative, so the wait would be
+    one listing for nothing.
+    """
     deadline = time.monotonic() + timeout
     while True:
-        addrs = pod.get_addr(family=10, index=index)
-        if not any((a.get_attr("IFA_FLAGS") or a["flags"]) & IFA_F_TENTATIVE for a in addrs):
+        tentative = False
+        for a in pod.get_addr(family=10, index=index):
+            flags = a.get_attr("IFA_FLAGS") or a["flags"]
+            if flags & IFA_F_DADFAILED:
+                raise plugin_error(
+                    f'failed to settle addresses for "{ifname}": '
+                    f"link {ifname} has address {a.get_attr('IFA_ADDRESS')} in DADFAILED state"
+                )
+            tentative = tentative or bool(flags & IFA_F_TENTATIVE)
+        if not tentative:
             return
         if time.monotonic() >= deadline:
-            raise plugin_error(f"link {ifname} still has tentative addresses after {int(timeout)} seconds")
+            link = get_link_by_index(pod, index)
+            if link is not None and attr(link, "IFLA_OPERSTATE") != "UP":
+                return
+            raise plugin_error(
+                f'failed to settle addresses for "{ifname}": '
+                f"link {ifname} still has tentative addresses after {int(timeout)} seconds"
+            )
         time.sleep(0.05)
 
 
