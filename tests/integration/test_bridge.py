@@ -481,7 +481,8 @@ def _pod_view(lab, pod) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("cni_version", [v for v in ALL_VERSIONS if not expects_gc(v)])  # Debian's bridge stops at 1.0.0
-def test_same_observable_state_as_reference(lab, make_runtime, plugin_dir, reference_dir, cni_version):
+def test_same_observable_state_as_reference(lab, make_runtime, plugin_dir, any_reference, cni_version):
+    reference_dir = any_reference[1]
     ours, ref = make_runtime([plugin_dir, reference_dir]), make_runtime([reference_dir])
     p1, p2 = lab.netns("p1"), lab.netns("p2")
     res_ours = ours.add(bridge_conf(lab, version=cni_version, name="ours", isDefaultGateway=True, routes=[]),

@@ -18,7 +18,7 @@ import os
 
 import pytest
 
-from cnichain.cli.runtime import Attachment, ConfList
+from cnichain.cli.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common import reference_rules
 from cnichain.plugins.bandwidth.config import ifb_name
 from tests.integration.test_portmap import CLIENT4, CLIENT6, NODE4, NODE6, fetch, serve, wait_no_tentative
@@ -26,10 +26,10 @@ from tests.integration.test_portmap import CLIENT4, CLIENT6, NODE4, NODE6, fetch
 pytestmark = pytest.mark.integration
 
 
-def conflist(lab, *, nft: bool = False) -> ConfList:
+def conflist(lab, *, nft: bool = False, masq: bool = True) -> ConfList:
     """bridge (ipMasq) + portmap + bandwidth + tuning, as a node running the reference has it;
     ``nft`` selects the reference's nftables backends (1.9.1 only)."""
-    bridge = {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": True, "hairpinMode": True,
+    bridge = {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": masq, "hairpinMode": True,
               "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.79.0.0/24"}], [{"subnet": "fd00:79::/64"}]],
                        "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}], "dataDir": lab.path("ipam")}}
     portmap = {"type": "portmap", "capabilities": {"portMappings": True}}
@@ -135,3 +135,36 @@ def test_reference_pods_are_torn_down_by_our_del(lab, client, make_runtime, plug
         for proc in servers:
             proc.kill()
             proc.wait()
+
+
+def test_the_way_back_as_far_as_the_reference_goes(lab, client, make_runtime, plugin_dir, any_reference):
+    """Our pod, torn down by the reference after a swap back: links, reservations, the IFB and
+    tuning's backup go (shared names and formats); our nftables tables stay until an operator
+    deletes them (README), since the reference does not know them.  With ``ipMasq`` the
+    reference's bridge DEL fails on a pod it did not masquerade itself (its iptables teardown
+    takes the missing ``CNI-<hash>`` chain for an error), so such pods are deleted before going back."""
+    _version, ref_dir = any_reference
+    from cnichain.plugins.bridge.rules import MASQ_TABLE
+    from cnichain.plugins.portmap import names
+
+    ours, reference = make_runtime([plugin_dir, ref_dir]), make_runtime([ref_dir])
+    masq = conflist(lab)
+    pinned = attachment(lab, "masqpod", 8081)
+    ours.add(masq, pinned)
+    with pytest.raises(PluginFailed) as info:
+        reference.delete(masq, pinned)
+    assert "does not exist" in info.value.error.msg  # the reference's limit, pinned by this test
+    ours.delete(masq, pinned)
+
+    conf = conflist(lab, masq=False)
+    att = attachment(lab, "ourpod", 8080)
+    ours.add(conf, att)
+    reference.delete(conf, att)
+    left = traces_of(lab, "ourpod")
+    assert not [t for t in left if t.startswith(lab.path()) or ifb_name("swapnet", "ourpod") in t]
+    assert "eth0" not in lab.run(att.netns, "ip", "-o", "link", "show").stdout
+    tables = lab.run(lab.node, "nft", "list", "tables").stdout
+    assert f"inet {names.TABLE}" in tables  # documented: ours stay
+    for table in (names.TABLE, MASQ_TABLE):
+        lab.run(lab.node, "nft", "delete", "table", "inet", table, check=False)  # the README's step
+    assert traces_of(lab, "ourpod") == [] and traces_of(lab, "masqpod") == []

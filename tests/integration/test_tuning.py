@@ -253,8 +253,9 @@ def test_mac_capability_and_args(lab, plugin_dir, cni_version):
 
 
 @pytest.mark.parametrize("cni_version", REFERENCE_PLUGIN_VERSIONS)
-def test_reference_backup_is_restored_by_ours(lab, plugin_dir, reference_dir, cni_version):
+def test_reference_backup_is_restored_by_ours(lab, plugin_dir, any_reference, cni_version):
     """State compatibility: a node can switch plugins with attachments in flight."""
+    reference_dir = any_reference[1]
     pod = make_pod(lab)
     before = link_state(lab, pod)
     conf = tuning_conf(lab, cni_version, pod, mac="02:00:00:00:00:0b", mtu=1450, promisc=True)
