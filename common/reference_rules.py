@@ -17,6 +17,8 @@ with our DEL, leaving nothing of theirs behind.  The reference tags its objects 
   (what the reference's own DEL deletes).
 * bridge's nftables ipMasq (1.6 on): rules in ``inet cni_plugins_masquerade`` chain
   ``masq_checks`` whose comment starts with ``<sha512(network)[:16]>-<sha512(ifname:id)[:16]>``.
+* bridge's ``macspoofchk``: chains ``cni-br-iface-<id>-<ifname>`` and ``…-mac`` in ``bridge nat``,
+  jumped to from its ``PREROUTING`` chain.
 
 Shared chains and tables (``CNI-HOSTPORT-*``, ``cni_hostport``'s base chains) stay, as the
 reference leaves them: other containers' rules may still use them.  :func:`plan` is pure;
@@ -43,6 +45,8 @@ HOSTPORT_TABLES = (("ip", "cni_hostport"), ("ip6", "cni_hostport"))
 HOSTPORT_CHAINS = ("hostports", "hostip_hostports", "masquerading")
 MASQ_TABLE = ("inet", "cni_plugins_masquerade")
 MASQ_CHAIN = "masq_checks"
+SPOOF_TABLE = ("bridge", "nat")
+SPOOF_CHAIN_PREFIX = "cni-br-iface-"
 
 
 def iptables_chain(network: str, container_id: str, prefix: str = "") -> str:
@@ -69,13 +73,15 @@ class Target:
     picked by comment in the reference's own nftables tables.  Both are computed only when
     :func:`plan` found one of those tables (hashing costs an import on every DEL otherwise)."""
 
-    __slots__ = ("chains", "commented")
+    __slots__ = ("chain_tables", "chains", "commented")
 
     def __init__(
         self,
+        chain_tables: Iterable[tuple[str, str]],
         chains: Callable[[], list[tuple[str, str, str]]],
         commented: Iterable[tuple[str, str, tuple[str, ...], Callable[[], Callable[[str], bool]]]] = (),
     ) -> None:
+        self.chain_tables = frozenset(chain_tables)  # where ``chains`` can be
         self.chains = chains  # -> [(family, table, chain name)]
         self.commented = tuple(commented)  # (family, table, chains, -> comment predicate)
 
@@ -88,7 +94,8 @@ def portmap_target(network: str, container_id: str) -> Target:
     def is_container(comment: str) -> bool:
         return comment == container_id
 
-    return Target(chains, [(fam, table, HOSTPORT_CHAINS, lambda: is_container) for fam, table in HOSTPORT_TABLES])
+    return Target(IPTABLES_NAT, chains,
+                  [(fam, table, HOSTPORT_CHAINS, lambda: is_container) for fam, table in HOSTPORT_TABLES])
 
 
 def masquerade_target(network: str, container_id: str, ifname: str) -> Target:
@@ -100,7 +107,14 @@ def masquerade_target(network: str, container_id: str, ifname: str) -> Target:
         prefix = masq_comment_prefix(network, ifname, container_id)
         return lambda comment: comment.startswith(prefix)
 
-    return Target(chains, [(MASQ_TABLE[0], MASQ_TABLE[1], (MASQ_CHAIN,), predicate)])
+    return Target(IPTABLES_NAT, chains, [(MASQ_TABLE[0], MASQ_TABLE[1], (MASQ_CHAIN,), predicate)])
+
+
+def spoof_check_target(container_id: str, ifname: str) -> Target:
+    """bridge's ``macspoofchk``: chains ``cni-br-iface-<id>-<ifname>`` and its ``-mac`` chain in
+    ``bridge nat``, jumped to from ``PREROUTING`` (what the reference's own teardown deletes)."""
+    iface = f"{SPOOF_CHAIN_PREFIX}{container_id}-{ifname}"
+    return Target((SPOOF_TABLE,), lambda: [(*SPOOF_TABLE, iface), (*SPOOF_TABLE, iface + "-mac")])
 
 
 def _rules(listing: list[dict]) -> list[dict]:
@@ -148,10 +162,7 @@ def plan(target: Target, list_cmd: Callable[[str], Optional[list[dict]]]) -> lis
     tables = {(o["table"]["family"], o["table"]["name"]) for o in list_cmd("list tables") or () if "table" in o}
     out: list[dict] = []
     by_table: dict[tuple[str, str], set[str]] = {}
-    if not tables & set(IPTABLES_NAT):
-        chains: list[tuple[str, str, str]] = []
-    else:
-        chains = target.chains()
+    chains = target.chains() if tables & target.chain_tables else []
     for family, table, name in chains:
         if (family, table) in tables:
             by_table.setdefault((family, table), set()).add(name)

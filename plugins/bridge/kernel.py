@@ -516,15 +516,23 @@ def remove_masquerade(network: str, container_id: str, ifname: str) -> None:
             rules.owner_tag(network, container_id, ifname), "failed to remove IP masquerading")
 
 
-def remove_reference_masquerade(network: str, container_id: str, ifname: str) -> None:
-    """Swap in place: the masquerade rules the reference bridge (iptables ``CNI-<hash>`` chain or
-    ``inet cni_plugins_masquerade``) made for this attachment, found by its own tags."""
+def remove_reference_rules(network: str, container_id: str, ifname: str, *, masq: bool, spoof: bool) -> None:
+    """Swap in place: the masquerade rules (iptables ``CNI-<hash>`` chain or ``inet
+    cni_plugins_masquerade``) and spoof-check chains (``bridge nat``) the reference bridge made
+    for this attachment, found by its own tags."""
     from cnichain.common import reference_rules
 
-    done = reference_rules.remove(
-        reference_rules.masquerade_target(network, container_id, ifname),
-        f"remove the reference masquerade rules of {container_id}",
-    )
+    done: list[dict] = []
+    if masq:
+        done += reference_rules.remove(
+            reference_rules.masquerade_target(network, container_id, ifname),
+            f"remove the reference masquerade rules of {container_id}",
+        )
+    if spoof:
+        done += reference_rules.remove(
+            reference_rules.spoof_check_target(container_id, ifname),
+            f"remove the reference spoof-check chains of {container_id}",
+        )
     if done:
         log.info(f"bridge: removed {len(done)} nftables objects the reference bridge left for {container_id}")
 

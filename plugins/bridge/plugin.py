@@ -129,9 +129,11 @@ def cmd_del(req: Request) -> None:
 
     if cfg.ip_masq:
         kernel.remove_masquerade(cfg.network, req.container_id, req.ifname)
-        kernel.remove_reference_masquerade(cfg.network, req.container_id, req.ifname)
     if cfg.macspoofchk:
         kernel.remove_spoof_check(cfg.network, req.container_id, req.ifname)
+    if cfg.ip_masq or cfg.macspoofchk:
+        kernel.remove_reference_rules(cfg.network, req.container_id, req.ifname,
+                                      masq=cfg.ip_masq, spoof=cfg.macspoofchk)
     if req.netns:
         kernel.delete_pod_link(req.netns, req.ifname)
     if cfg.is_layer3:

@@ -6,7 +6,7 @@ against both references (Debian 12's 1.1.1 and sid's 1.9.1, ``any_reference``) i
 namespace: ADD through the reference binaries (portmap on its default iptables backend, bridge
 masquerade on iptables; with 1.9.1 also both on nftables), DEL through ours, then the kernel is
 read back (``nft -j list ruleset``, ``iptables-save``/``ip6tables-save``, links, qdiscs, IPAM
-reservations, tuning's backup) for anything of that container, and a new pod of ours takes the
+reservations, tuning's backup, macspoofchk's ``bridge nat`` chains) for anything of that container, and a new pod of ours takes the
 hostPort the reference pod held (TCP from a client namespace).  Another reference pod on the same
 node keeps its rules and its hostPort throughout.
 """
@@ -30,6 +30,7 @@ def conflist(lab, *, nft: bool = False, masq: bool = True) -> ConfList:
     """bridge (ipMasq) + portmap + bandwidth + tuning, as a node running the reference has it;
     ``nft`` selects the reference's nftables backends (1.9.1 only)."""
     bridge = {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": masq, "hairpinMode": True,
+              "macspoofchk": True,
               "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.79.0.0/24"}], [{"subnet": "fd00:79::/64"}]],
                        "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}], "dataDir": lab.path("ipam")}}
     portmap = {"type": "portmap", "capabilities": {"portMappings": True}}
@@ -114,6 +115,7 @@ def test_reference_pods_are_torn_down_by_our_del(lab, client, make_runtime, plug
         else:
             tables = lab.run(lab.node, "nft", "list", "tables").stdout
             assert "ip cni_hostport" in tables and "inet cni_plugins_masquerade" in tables
+        assert "cni-br-iface-refpod1-eth0" in lab.run(lab.node, "nft", "list", "table", "bridge", "nat").stdout
 
         ours.delete(conf, old)
         assert traces_of(lab, "refpod1") == []
@@ -144,7 +146,7 @@ def test_the_way_back_as_far_as_the_reference_goes(lab, client, make_runtime, pl
     reference's bridge DEL fails on a pod it did not masquerade itself (its iptables teardown
     takes the missing ``CNI-<hash>`` chain for an error), so such pods are deleted before going back."""
     _version, ref_dir = any_reference
-    from cnichain.plugins.bridge.rules import MASQ_TABLE
+    from cnichain.plugins.bridge.rules import MASQ_TABLE, SPOOF_TABLE
     from cnichain.plugins.portmap import names
 
     ours, reference = make_runtime([plugin_dir, ref_dir]), make_runtime([ref_dir])
@@ -165,6 +167,6 @@ def test_the_way_back_as_far_as_the_reference_goes(lab, client, make_runtime, pl
     assert "eth0" not in lab.run(att.netns, "ip", "-o", "link", "show").stdout
     tables = lab.run(lab.node, "nft", "list", "tables").stdout
     assert f"inet {names.TABLE}" in tables  # documented: ours stay
-    for table in (names.TABLE, MASQ_TABLE):
-        lab.run(lab.node, "nft", "delete", "table", "inet", table, check=False)  # the README's step
+    for family, table in (("inet", names.TABLE), ("inet", MASQ_TABLE), ("bridge", SPOOF_TABLE)):
+        lab.run(lab.node, "nft", "delete", "table", family, table, check=False)  # the README's step
     assert traces_of(lab, "ourpod") == [] and traces_of(lab, "masqpod") == []

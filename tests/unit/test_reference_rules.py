@@ -71,3 +71,20 @@ def test_plan_on_a_node_without_reference_tables_lists_once():
     calls = []
     assert rr.plan(rr.masquerade_target("n", "c1", "eth0"), lambda c: calls.append(c) or []) == []
     assert calls == ["list tables"]
+
+
+def test_spoof_check_chains_and_their_prerouting_jump():
+    iface = "cni-br-iface-c1-eth0"
+    listing = [
+        _chain("PREROUTING", "bridge"), _chain(iface, "bridge"), _chain(iface + "-mac", "bridge"),
+        _chain("cni-br-iface-c2-eth0", "bridge"),
+        _rule("PREROUTING", 4, [{"jump": {"target": iface}}], family="bridge"),
+        _rule("PREROUTING", 5, [{"jump": {"target": "cni-br-iface-c2-eth0"}}], family="bridge"),
+        _rule(iface, 6, [{"jump": {"target": iface + "-mac"}}], family="bridge"),
+    ]
+    listings = {"list tables": [{"table": {"family": "bridge", "name": "nat"}}],
+                f"list chain bridge nat {iface}": [], "list table bridge nat": listing}
+    out = rr.plan(rr.spoof_check_target("c1", "eth0"), listings.get)
+    assert out[0] == {"delete": {"rule": {"family": "bridge", "table": "nat", "chain": "PREROUTING", "handle": 4}}}
+    assert [list(c)[0] + " " + c[list(c)[0]]["chain"]["name"] for c in out[1:]] == [
+        f"flush {iface}", f"delete {iface}", f"flush {iface}-mac", f"delete {iface}-mac"]
