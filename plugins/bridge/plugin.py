@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 
 from cnichain.common import netns
+from cnichain.common.errors import CniError
 from cnichain.common.invoke import delegate_ipam
+from cnichain.common.log import log
 from cnichain.common.rollback import Rollback
 from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import Interface, Result
@@ -124,19 +126,29 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
 
 
 def cmd_del(req: Request) -> None:
-    cfg = _config(req, with_mac=False)
+    """Best effort from whatever parses: with a config that does not decode, every rule kind is
+    looked up by its tag (removal is idempotent) and IPAM is still asked to release."""
+    try:
+        cfg = _config(req, with_mac=False)
+        masq, spoof, layer3 = cfg.ip_masq, cfg.macspoofchk, cfg.is_layer3
+    except CniError as exc:
+        log.skipped("DEL", [f"the bridge keys ({exc.msg}); removing every rule kind by tag"])
+        masq = spoof = True
+        try:
+            layer3 = bool(req.ipam_type)
+        except CniError:
+            layer3 = False
     from . import kernel  # no pyroute2 or nftables binding until a call needs one
 
-    if cfg.ip_masq:
-        kernel.remove_masquerade(cfg.network, req.container_id, req.ifname)
-    if cfg.macspoofchk:
-        kernel.remove_spoof_check(cfg.network, req.container_id, req.ifname)
-    if cfg.ip_masq or cfg.macspoofchk:
-        kernel.remove_reference_rules(cfg.network, req.container_id, req.ifname,
-                                      masq=cfg.ip_masq, spoof=cfg.macspoofchk)
+    if masq:
+        kernel.remove_masquerade(req.network_name, req.container_id, req.ifname)
+    if spoof:
+        kernel.remove_spoof_check(req.network_name, req.container_id, req.ifname)
+    if masq or spoof:
+        kernel.remove_reference_rules(req.network_name, req.container_id, req.ifname, masq=masq, spoof=spoof)
     if req.netns:
         kernel.delete_pod_link(req.netns, req.ifname)
-    if cfg.is_layer3:
+    if layer3:
         delegate_ipam(req, "DEL")
     return None
 

@@ -79,9 +79,15 @@ def cmd_add(req: Request) -> Result:
 
 
 def cmd_del(req: Request) -> None:
-    cfg = _config(req)  # a broken config is still reported, as the reference does
+    """Removes by owner (network + container ID) and by the reference's tags, so it needs no
+    config key at all: a config that does not even decode is logged and cleaned up anyway."""
+    try:
+        cfg: Optional[PortmapConfig] = _config(req)
+    except CniError as exc:
+        log.skipped("DEL", [f"the portmap keys ({exc.msg}); removing by container ID"])
+        cfg = None
     plan = None
-    if cfg.mappings:
+    if cfg is not None and cfg.mappings:
         # What ADD installed if the runtime resent the same mappings and prevResult (libcni
         # does): lets DEL skip listing.  Anything unusable here only means listing instead.
         try:

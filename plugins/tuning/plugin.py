@@ -26,6 +26,7 @@ from cnichain.common.types import Result
 
 from . import backup, kernel, plan
 from .config import (
+    DEFAULT_DATA_DIR,
     Sysctl,
     TuningConfig,
     check_allowlist,
@@ -118,11 +119,17 @@ def _restore_link(ipr: Any, ifname: str, data: dict) -> None:
 
 
 def cmd_del(req: Request) -> None:
-    cfg = load(req.conf, req.args, strict=False)  # only a config that does not parse makes DEL fail
-    log.skipped("DEL", cfg.skipped)
-    if not cfg.data_dir:
+    try:
+        cfg = load(req.conf, req.args, strict=False)
+        log.skipped("DEL", cfg.skipped)
+        data_dir = cfg.data_dir
+    except CniError as exc:  # DEL needs only the dataDir: restore from the backup anyway
+        raw = req.conf.get("dataDir")
+        data_dir = raw if isinstance(raw, str) and raw.startswith("/") and "\0" not in raw else DEFAULT_DATA_DIR
+        log.skipped("DEL", [f"the tuning keys ({exc.msg}); restoring from {data_dir}"])
+    if not data_dir:
         return None  # no backup can be found (logged above)
-    path = backup.backup_path(cfg.data_dir, req.container_id, req.ifname)
+    path = backup.backup_path(data_dir, req.container_id, req.ifname)
     data = backup.load(path)
     if data is None:
         return None  # nothing was changed, or already restored: no namespace, no netlink

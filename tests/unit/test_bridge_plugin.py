@@ -133,3 +133,10 @@ def test_configs_the_reference_accepts_never_fail_del_status_gc(keys):
     assert dispatch(PLUGIN, "DEL", conf("1.1.0", **keys), CNI_NETNS="") == (0, None)
     assert dispatch(PLUGIN, "STATUS", conf("1.1.0", **keys)) == (0, None)
     assert dispatch(PLUGIN, "GC", conf("1.1.0", **keys, **{"cni.dev/valid-attachments": []})) == (0, None)
+
+
+def test_del_of_an_undecodable_config_removes_by_tag(capfd):
+    code, out = dispatch(PLUGIN, "DEL", conf("1.0.0", mtu="1500"), CNI_NETNS="")
+    assert (code, out) == (0, None)
+    assert "removing every rule kind by tag" in capfd.readouterr().err
+    assert dispatch(PLUGIN, "ADD", conf("1.0.0", mtu="1500"))[0] == 1
