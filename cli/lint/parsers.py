@@ -80,6 +80,17 @@ def check_route_override(conf: dict) -> list[Problem]:
     return [p] if p else []
 
 
+def route_override_skipped(conf: dict) -> list[Problem]:
+    """Routes route-override leaves out (as the original does after a netlink error)."""
+    from cnichain.plugins.route_override.config import load
+
+    try:
+        return [Problem(f"{what}: this route is skipped at ADD (as the original route-override does)")
+                for what in load(conf).skipped]
+    except CniError:
+        return []
+
+
 def check_tuning(conf: dict, allowlist: Optional[list[str]], duplicated_sysctl: bool) -> list[Problem]:
     """tuning's load, its sysctl key rules (for a placeholder ifname) and, if given, the allowlist."""
     from cnichain.plugins.tuning import config as tc

@@ -45,6 +45,8 @@ def cmd_add(req: Request) -> Result:
     from .plan import new_result, routes_to_delete, target_interfaces
 
     cfg = load(req.conf)
+    for what in cfg.skipped:
+        log.notice(f"route-override: {what}: route skipped (ignored, as the original route-override does)")
     prev = req.require_prev_result(PREV_MISSING)
     targets = target_interfaces(prev, req.ifname)
     result = new_result(prev, cfg)

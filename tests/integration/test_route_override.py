@@ -178,6 +178,13 @@ def test_kernel_errors_are_reported_and_tolerated(lab, plugin_dir, cni_version):
     conf = ro_conf(cni_version, pod, addroutes=[{"dst": "10.9.0.0/16", "gw": "10.1.0.1"}])
     rc, _out, err = exec_plugin(lab, plugin_dir, "ADD", conf, pod)
     assert rc == 0 and "failed" not in err
+    # a route no kernel would take (host bits) is skipped the same way, the others still go in
+    conf = ro_conf(cni_version, pod, addroutes=[{"dst": "192.168.5.1/24", "gw": "10.1.0.1"},
+                                                {"dst": "192.168.6.0/24", "gw": "10.1.0.1"}])
+    rc, out, err = exec_plugin(lab, plugin_dir, "ADD", conf, pod)
+    assert rc == 0 and "destination has host bits set" in err
+    assert "192.168.6.0/24 via 10.1.0.1" in lab.run(pod, "ip", "route", "show").stdout
+    assert "192.168.5.0/24" not in lab.run(pod, "ip", "route", "show").stdout
 
 
 def test_check_detects_drift_and_skipcheck(lab, plugin_dir, check_version):
