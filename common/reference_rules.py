@@ -178,6 +178,12 @@ def plan(target: Target, list_cmd: Callable[[str], Optional[list[dict]]]) -> lis
     return out
 
 
+def present(target: Target) -> bool:
+    """The reference still holds objects of ``target`` (a pod it set up before a swap in place):
+    CHECK then accepts them in place of ours.  Read only."""
+    return bool(plan(target, nft.list_ruleset))
+
+
 def remove(target: Target, what: str) -> list[dict]:
     """Delete what :func:`plan` finds in one transaction; listed again and retried once when the
     kernel changed in between.  Returns the commands applied (empty: nothing was there)."""

@@ -537,6 +537,13 @@ def remove_reference_rules(network: str, container_id: str, ifname: str, *, masq
         log.info(f"bridge: removed {len(done)} nftables objects the reference bridge left for {container_id}")
 
 
+def reference_masquerade_present(network: str, container_id: str, ifname: str) -> bool:
+    """The reference bridge's masquerade for this attachment is in place (a pod it set up)."""
+    from cnichain.common import reference_rules
+
+    return reference_rules.present(reference_rules.masquerade_target(network, container_id, ifname))
+
+
 def masquerade_addresses(network: str, container_id: str, ifname: str) -> Optional[list[str]]:
     """Source addresses of this attachment's masquerade rules (None: no table at all)."""
     from . import rules

@@ -163,6 +163,13 @@ def remove_reference_rules(network: str, container_id: str) -> None:
         log.info(f"portmap: removed {len(done)} nftables objects the reference portmap left for {container_id}")
 
 
+def reference_rules_present(network: str, container_id: str) -> bool:
+    """The reference portmap's rules for this container are in place (a pod it set up)."""
+    from cnichain.common import reference_rules
+
+    return reference_rules.present(reference_rules.portmap_target(network, container_id))
+
+
 def remove_many(select: Callable[[Snapshot], list[str]]) -> None:
     """GC: remove every owner ``select(snapshot)`` returns, in one transaction."""
     _slow(lambda snap: rebuild(snap, remove=select(snap)) if select(snap) else [])
