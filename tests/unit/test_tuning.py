@@ -370,3 +370,18 @@ def test_cheap_paths_never_import_pyroute2(command, keys, tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(conf).encode(), env=env,
                           capture_output=True, timeout=60)
     assert b"LOADED=[]" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("keys,skipped", [
+    ({"dataDir": "relative/dir"}, "dataDir (no backup restored)"),
+    ({"mtu": -1}, "mtu"),
+    ({"mac": "not-a-mac"}, "mac"),
+    ({"txQLen": -1}, "txQLen"),
+])
+def test_refused_at_add_only(keys, skipped, capfd):
+    with pytest.raises(CniError):
+        config.load(conf_for("1.0.0", **keys))
+    cfg = config.load(conf_for("1.0.0", **keys), strict=False)
+    assert cfg.skipped and cfg.skipped[0].startswith(skipped)
+    assert dispatch(PLUGIN, "DEL", conf_for("1.0.0", **keys), CNI_NETNS="") == (0, None)
+    assert "skipped what ADD would refuse" in capfd.readouterr().err
