@@ -63,5 +63,22 @@ class Log:
     def error(self, message: str) -> None:
         self.write("error", message)
 
+    def skipped(self, command: str, what: list[str] | tuple[str, ...]) -> None:
+        """A command that carried on without parts of the config ADD would refuse says so: on
+        stderr (runtimes keep a plugin's stderr) and in the log when one is configured."""
+        if not what:
+            return
+        message = f"{self.tag or 'cnichain'} {command}: skipped what ADD would refuse: {'; '.join(what)}"
+        if command == "STATUS":  # polled every few seconds (containerd 2.1): the log only, not stderr
+            self.write("warning", message)
+        else:
+            self.notice(message)
+
+    def notice(self, message: str) -> None:
+        """A warning the operator must be able to find without a configured log: on stderr
+        (runtimes keep a plugin's stderr) and in the log when one is configured."""
+        print(message, file=sys.stderr)
+        self.write("warning", message)
+
 
 log = Log()

@@ -29,9 +29,42 @@ def _iproute_class() -> Any:
     registering a bare package module would save ~30 ms but relies on pyroute2's internals and can
     break on any upgrade; the node agent (warm path) is where that cost goes away instead.
     """
-    from pyroute2 import IPRoute
+    global _IPROUTE
+    if _IPROUTE is None:
+        from pyroute2 import IPRoute
 
-    return IPRoute
+        _IPROUTE = _retrying_dumps(IPRoute)
+    return _IPROUTE
+
+
+_IPROUTE: Any = None
+NLM_F_DUMP_INTR = 0x10
+DUMP_ATTEMPTS = 5  # the reference's netlinksafe.maxAttempts
+DUMPS = ("get_links", "get_addr", "get_routes", "get_qdiscs", "get_filters", "get_neighbours")
+
+
+def interrupted(messages: Any) -> bool:
+    """The kernel flagged the dump as interrupted: a change raced it, so it may be inconsistent."""
+    return any(m["header"]["flags"] & NLM_F_DUMP_INTR for m in messages)
+
+
+def _retrying_dumps(base: Any) -> Any:
+    """``IPRoute`` whose listings are redone when the kernel marks them interrupted
+    (``NLM_F_DUMP_INTR``), as the reference's ``netlinksafe`` (1.7.0 on) does: pyroute2 0.9
+    ignores the flag.  After :data:`DUMP_ATTEMPTS` tries the last listing is used, as there."""
+
+    def retrying(name: str) -> Any:
+        def dump(self: Any, *args: Any, **kwargs: Any) -> Any:
+            call = base.__getattr__(self, name)
+            for _ in range(DUMP_ATTEMPTS):
+                out = tuple(call(*args, **kwargs))
+                if not interrupted(out):
+                    break
+            return out
+        dump.__name__ = name
+        return dump
+
+    return type("IPRoute", (base,), {name: retrying(name) for name in DUMPS})
 
 
 def iproute(netns_path: Optional[str] = None) -> Any:

@@ -84,6 +84,29 @@ def reference_dir() -> str:
     return REFERENCE_DIR
 
 
+REFERENCE_VERSIONS = ("1.1.1", "1.9.1")
+
+
+def reference_dir_of(version: str) -> str:
+    """Debian 12's reference plugins (1.1.1, ``CNICHAIN_REFERENCE_DIR``) or sid's 1.9.1 that
+    ``./run`` unpacked (tests/debsuites.py).  Skips when absent, except under ``./run`` (which
+    exports ``CNICHAIN_DEB_CACHE`` and fetches 1.9.1): there a missing reference fails."""
+    from tests import debsuites
+
+    path = REFERENCE_DIR if version == "1.1.1" else debsuites.reference_plugins_dir("sid")
+    if path and os.path.isfile(os.path.join(path, "bridge")):
+        return path
+    if version != "1.1.1" and os.environ.get("CNICHAIN_DEB_CACHE"):
+        pytest.fail(f"reference plugins {version} missing from {debsuites.cache_dir()} (./run fetches them)")
+    pytest.skip(f"reference plugins {version} not available")
+
+
+@pytest.fixture(params=REFERENCE_VERSIONS, ids=[f"ref{v}" for v in REFERENCE_VERSIONS])
+def any_reference(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """(version, bin dir) of each reference: interop cases run against both."""
+    return request.param, reference_dir_of(request.param)
+
+
 @pytest.fixture
 def lab() -> Iterator[Lab]:
     """A fresh node namespace (plus whatever pods the test adds); everything removed afterwards."""

@@ -276,6 +276,12 @@ class _Linter:
             problems = parsers.check_bridge(conf)
         for p in problems:
             self.add(ERROR, p.message, index, ptype, p.key, _fix_for(p.message) or _REFUSED.format(ptype))
+        if not problems and ptype == "route-override":
+            for p in parsers.route_override_skipped(conf):
+                self.add(WARNING, p.message, index, ptype, p.key, _fix_for(p.message) or "fix or remove the route")
+        if not problems and ptype in ("portmap", "bridge"):
+            for p in parsers.compat_notes(ptype, conf):
+                self.add(WARNING, p.message, index, ptype, p.key, fix="none needed; remove the key to silence this")
         if ipam_type == "host-local" and (ptype in catalog.PASSES_IPAM_VERBATIM or ptype == "host-local"):
             self._host_local(entry, conf, index, ptype, version)
 

@@ -80,6 +80,17 @@ def check_route_override(conf: dict) -> list[Problem]:
     return [p] if p else []
 
 
+def route_override_skipped(conf: dict) -> list[Problem]:
+    """Routes route-override leaves out (as the original does after a netlink error)."""
+    from cnichain.plugins.route_override.config import load
+
+    try:
+        return [Problem(f"{what}: this route is skipped at ADD (as the original route-override does)")
+                for what in load(conf).skipped]
+    except CniError:
+        return []
+
+
 def check_tuning(conf: dict, allowlist: Optional[list[str]], duplicated_sysctl: bool) -> list[Problem]:
     """tuning's load, its sysctl key rules (for a placeholder ifname) and, if given, the allowlist."""
     from cnichain.plugins.tuning import config as tc
@@ -102,10 +113,42 @@ def check_tuning(conf: dict, allowlist: Optional[list[str]], duplicated_sysctl: 
 
 
 def check_bridge(conf: dict) -> list[Problem]:
-    from cnichain.plugins.bridge.config import load
+    from cnichain.plugins.bridge.config import add_refusals, load
 
-    p = _run(lambda: load(conf, ""))
+    p = _run(lambda: add_refusals(load(conf, "")))
     return [p] if p else []
+
+
+def compat_notes(ptype: str, conf: dict) -> list[Problem]:
+    """Keys and values accepted only so that a conflist written for the reference keeps working,
+    with what they mean here (nftables is always what gets programmed).  Call after the plugin's
+    own parser accepted ``conf``."""
+    out: list[Problem] = []
+    if ptype == "portmap":
+        from cnichain.plugins.portmap.config import load as portmap_load
+        from cnichain.plugins.portmap.ipt_conditions import is_iptables_style
+        from cnichain.plugins.portmap.names import T
+
+        cfg = portmap_load(conf)
+        if cfg.backend == "iptables":
+            out.append(Problem(f'backend "iptables" is accepted for compatibility: hostPorts are always '
+                               f"programmed in nftables (table {T})", "backend"))
+        for key in ("conditionsV4", "conditionsV6"):
+            raw = conf.get(key)
+            if isinstance(raw, list) and is_iptables_style(tuple(str(t).strip() for t in raw if str(t).strip())):
+                out.append(Problem(f"{key}: iptables-style conditions are translated to nftables matches "
+                                   "(applied in front of each of this pod's DNAT rules)", key))
+        for key in ("markMasqBit", "externalSetMarkChain"):
+            if conf.get(key) is not None:
+                out.append(Problem(f"{key} is accepted for compatibility and has no effect: hairpin and "
+                                   "localhost traffic is masqueraded directly, no packet mark is set", key))
+    elif ptype == "bridge":
+        from cnichain.plugins.bridge.config import load as bridge_load
+
+        if bridge_load(conf, "").ip_masq_backend == "iptables":
+            out.append(Problem('ipMasqBackend "iptables" is accepted for compatibility: masquerade rules are '
+                               "always programmed in nftables", "ipMasqBackend"))
+    return out
 
 
 def check_host_local(conf: dict, ranges_from_runtime: bool) -> list[Problem]:

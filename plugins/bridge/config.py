@@ -87,7 +87,7 @@ class BridgeConfig(FrozenRecord):
         "network", "cni_version", "bridge", "is_gateway", "is_default_gateway", "force_address",
         "ip_masq", "hairpin_mode", "promisc_mode", "preserve_default_vlan", "macspoofchk",
         "enable_dad", "disable_container_interface", "port_isolation", "mtu", "vlan", "vlan_trunk",
-        "ipam_type", "dns", "mac",
+        "ipam_type", "dns", "mac", "ip_masq_backend",
     )
     network: str
     cni_version: str
@@ -109,6 +109,7 @@ class BridgeConfig(FrozenRecord):
     ipam_type: str
     dns: DNS
     mac: str
+    ip_masq_backend: str  # as written; nftables is always what is programmed
 
     def __init__(
         self,
@@ -132,6 +133,7 @@ class BridgeConfig(FrozenRecord):
         ipam_type: str = "",
         dns: Optional[DNS] = None,
         mac: str = "",
+        ip_masq_backend: str = "",
     ) -> None:
         self._assign(
             network=network,
@@ -154,6 +156,7 @@ class BridgeConfig(FrozenRecord):
             ipam_type=ipam_type,
             dns=DNS() if dns is None else dns,
             mac=mac,
+            ip_masq_backend=ip_masq_backend,
         )
 
     @property
@@ -163,6 +166,12 @@ class BridgeConfig(FrozenRecord):
     @property
     def needs_vlan_filtering(self) -> bool:
         return bool(self.vlan or self.vlan_trunk)
+
+    @property
+    def vlan_gateway(self) -> str:
+        """The reference's gateway device for ``vlan`` with ``isGateway``: ``<bridge>.<vlan>``, a
+        veth end in the host whose peer is an access port of that VLAN ("" when not used)."""
+        return f"{self.bridge}.{self.vlan}" if self.vlan and self.is_gateway else ""
 
 
 def _fail(msg: str):
@@ -232,19 +241,11 @@ def load(conf: dict, cni_args: str = "", *, with_mac: bool = True) -> BridgeConf
     if vlan < 0 or vlan > 4094:
         raise plugin_error(f"invalid VLAN ID {vlan} (must be between 0 and 4094)")
     trunk = _trunk(d["vlanTrunk"])
-    backend = d["ipMasqBackend"] or ""
-    if backend not in ("", "iptables", "nftables"):
-        raise plugin_error(f'unknown ipmasq backend "{backend}"')
     ipam_type = d["ipam"]["type"]
     if values["is_default_gateway"]:
         values["is_gateway"] = True
-    if values["hairpin_mode"] and values["promisc_mode"]:
-        raise plugin_error("cannot set hairpin mode and promiscuous mode at the same time.")
     if values["disable_container_interface"] and ipam_type:
         raise plugin_error("cannot use IPAM when DisableContainerInterface flag is set")
-    if vlan and values["is_gateway"]:
-        # The reference puts the gateway on an extra "<bridge>.<vlan>" veth; not implemented here.
-        raise plugin_error("isGateway together with vlan is not supported by this bridge plugin")
     return BridgeConfig(
         network=d["name"],
         cni_version=d["cniVersion"] or "0.1.0",
@@ -255,5 +256,17 @@ def load(conf: dict, cni_args: str = "", *, with_mac: bool = True) -> BridgeConf
         ipam_type=ipam_type,
         dns=DNS.from_decoded(d["dns"]),
         mac=_mac_from_request(d, cni_args) if with_mac else "",
+        ip_masq_backend=d["ipMasqBackend"] or "",
         **values,
     )
+
+
+def add_refusals(cfg: BridgeConfig) -> None:
+    """What the reference refuses only when it sets a pod up (cmdAdd), so DEL, CHECK, GC and
+    STATUS of such a config still work here too."""
+    if cfg.ip_masq and cfg.is_layer3 and cfg.ip_masq_backend not in ("", "iptables", "nftables"):
+        raise plugin_error(f'unknown ipmasq backend "{cfg.ip_masq_backend}"')
+    if cfg.hairpin_mode and cfg.promisc_mode:
+        raise plugin_error("cannot set hairpin mode and promiscuous mode at the same time")
+    if cfg.vlan_gateway:
+        validate_link_name(cfg.vlan_gateway, "vlan gateway")

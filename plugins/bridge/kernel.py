@@ -15,6 +15,7 @@ import time
 from cnichain.common import netns, nft, sysctl
 from cnichain.common.errors import CniError, plugin_error
 from cnichain.common.kernel_errors import KernelError, errno_of, failures
+from cnichain.common.log import log
 from cnichain.common.netlink import is_gone
 
 TYPE_CHECKING = False
@@ -27,6 +28,7 @@ if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec
 IFF_PROMISC = 0x100
 IFA_F_NODAD = 0x02
 IFA_F_TENTATIVE = 0x40
+IFA_F_DADFAILED = 0x08
 VETH_NAME_TRIES = 10
 _OPERSTATE_WAITS = (0.0, 0.05, 0.5, 1.0, 1.0)  # seconds, as the reference polls
 
@@ -153,7 +155,9 @@ def create_veth(host: Any, pod: Any, pod_fd: int, cfg: BridgeConfig, ifname: str
         except failures() as exc:
             if errno_of(exc) == errno.EEXIST:
                 if pod.link_lookup(ifname=ifname):
-                    raise plugin_error(f"container veth name provided ({ifname}) already exists") from None
+                    raise plugin_error(
+                        f'container veth name ("{ifname}") peer provided ("{name}") already exists'
+                    ) from None
                 continue  # host name clash: draw another one
             raise KernelError.of(exc, "failed to make veth pair") from None
         found = host.link_lookup(ifname=name)
@@ -284,13 +288,34 @@ def set_up(ipr: Any, index: int, ifname: str) -> None:
 
 
 def _wait_not_tentative(pod: Any, index: int, ifname: str, timeout: float = 5.0) -> None:
+    """The reference's ``ip.SettleAddresses`` (1.9.1): wait until no IPv6 address is tentative.
+
+    An address that failed duplicate detection fails ADD at once (1.7.0 on); a timeout fails it
+    only while the link is operationally up (1.9.0: a link that is down never finishes DAD).
+    Only ever called with ``enabledad``: with DAD off nothing is tentative, so the wait would be
+    one listing for nothing.
+    """
     deadline = time.monotonic() + timeout
     while True:
-        addrs = pod.get_addr(family=10, index=index)
-        if not any((a.get_attr("IFA_FLAGS") or a["flags"]) & IFA_F_TENTATIVE for a in addrs):
+        tentative = False
+        for a in pod.get_addr(family=10, index=index):
+            flags = a.get_attr("IFA_FLAGS") or a["flags"]
+            if flags & IFA_F_DADFAILED:
+                raise plugin_error(
+                    f'failed to settle addresses for "{ifname}": '
+                    f"link {ifname} has address {a.get_attr('IFA_ADDRESS')} in DADFAILED state"
+                )
+            tentative = tentative or bool(flags & IFA_F_TENTATIVE)
+        if not tentative:
             return
         if time.monotonic() >= deadline:
-            raise plugin_error(f"link {ifname} still has tentative addresses after {int(timeout)} seconds")
+            link = get_link_by_index(pod, index)
+            if link is not None and attr(link, "IFLA_OPERSTATE") != "UP":
+                return
+            raise plugin_error(
+                f'failed to settle addresses for "{ifname}": '
+                f"link {ifname} still has tentative addresses after {int(timeout)} seconds"
+            )
         time.sleep(0.05)
 
 
@@ -344,16 +369,18 @@ def delete_pod_link(netns_path: str, ifname: str) -> bool:
 # -- gateway on the bridge -------------------------------------------------------------------------
 
 def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[str]) -> str:
-    """Put each "gw/prefix" on the bridge (the reference's ensureAddr), then pin the bridge MAC.
+    """Put each "gw/prefix" on the bridge, or on the ``<bridge>.<vlan>`` gateway device (the
+    reference's ensureAddr), then pin that device's MAC.
 
     Returns the pinned MAC ("" when there was nothing to do): it cannot change any more, so the
-    caller reports it without reading the bridge again.
+    caller reports it without reading the device again.
     """
     if not addrs:
         return ""
     from .plan import interface
 
     index = bridge["index"]
+    dev = attr(bridge, "IFLA_IFNAME") or cfg.bridge
     for cidr in addrs:
         want = interface(cidr)
         family = 2 if want.version == 4 else 10
@@ -367,12 +394,12 @@ def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[st
             if not overlaps:
                 continue
             if not cfg.force_address:
-                raise plugin_error(f'"{cfg.bridge}" already has an IP address different from {cidr}')
+                raise plugin_error(f'"{dev}" already has an IP address different from {cidr}')
             try:
                 ipr.addr("del", index=index, address=str(have.ip), prefixlen=have.network.prefixlen)
             except failures() as exc:
                 if not is_gone(exc):
-                    raise KernelError.of(exc, f'could not remove IP address from "{cfg.bridge}"') from None
+                    raise KernelError.of(exc, f'could not remove IP address from "{dev}"') from None
         kwargs: dict[str, Any] = {"index": index, "address": str(want.ip), "prefixlen": want.network.prefixlen}
         if want.version == 6:
             kwargs["flags"] = IFA_F_NODAD
@@ -380,7 +407,7 @@ def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[st
             ipr.addr("add", **kwargs)
         except failures() as exc:
             if errno_of(exc) != errno.EEXIST:
-                raise KernelError.of(exc, f'could not add IP address to "{cfg.bridge}"') from None
+                raise KernelError.of(exc, f'could not add IP address {cidr} to "{dev}"') from None
     # Pin the MAC: otherwise the bridge takes the lowest port MAC and changes as ports churn.
     current = get_link_by_index(ipr, index)
     mac = mac_of(current) if current is not None else ""
@@ -390,6 +417,51 @@ def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[st
         except failures() as exc:
             raise KernelError.of(exc, "could not set bridge's mac") from None
     return mac
+
+
+def ensure_vlan_gateway(host: Any, bridge: Any, cfg: BridgeConfig) -> Any:
+    """The reference's ensureVlanInterface: the ``<bridge>.<vlan>`` device that holds the gateway
+    address when ``vlan`` and ``isGateway`` are both set, created once and shared by every pod of
+    that VLAN (so DEL never removes it, as the reference does not).
+
+    It is one end of a veth pair in the host; the other end is a bridge port with the VLAN as
+    untagged PVID (VID 1 removed unless ``preserveDefaultVlan``), like a pod's port.
+    """
+    name = cfg.vlan_gateway
+    link = get_link(host, name)
+    if link is not None:
+        return link
+    fields = {f: getattr(cfg, f) for f in cfg._fields}
+    port_cfg = type(cfg)(**{**fields, "vlan_trunk": (), "hairpin_mode": False, "port_isolation": False})
+    for _ in range(VETH_NAME_TRIES):
+        port = "veth" + os.urandom(4).hex()
+        kwargs: dict[str, Any] = {"ifname": port, "kind": "veth", "peer": {"ifname": name}}
+        mtu = attr(bridge, "IFLA_MTU")
+        if mtu:
+            kwargs["mtu"] = mtu
+            kwargs["peer"]["mtu"] = mtu
+        try:
+            host.link("add", **kwargs)
+        except failures() as exc:
+            if errno_of(exc) == errno.EEXIST:
+                existing = get_link(host, name)
+                if existing is not None:
+                    return existing  # a concurrent ADD made it first
+                continue
+            raise KernelError.of(exc, f'faild to create vlan gateway "{name}"') from None
+        found = host.link_lookup(ifname=port)
+        if not found:
+            raise plugin_error(f'faild to create vlan gateway "{name}": {port} vanished after creation')
+        attach_host_end(host, port, found[0], bridge["index"], port_cfg)
+        link = get_link(host, name)
+        if link is None:
+            raise plugin_error(f'failed to lookup "{name}"')
+        try:
+            host.link("set", index=link["index"], state="up")
+        except failures() as exc:
+            raise KernelError.of(exc, f'failed to up "{name}"') from None
+        return get_link(host, name) or link
+    raise plugin_error(f'faild to create vlan gateway "{name}": no free host interface name after 10 tries')
 
 
 def enable_forwarding(families: tuple[int, ...]) -> None:
@@ -442,6 +514,34 @@ def remove_masquerade(network: str, container_id: str, ifname: str) -> None:
 
     _remove(_masq_list(), "inet", rules.MASQ_TABLE, rules.MASQ_CHAIN,
             rules.owner_tag(network, container_id, ifname), "failed to remove IP masquerading")
+
+
+def remove_reference_rules(network: str, container_id: str, ifname: str, *, masq: bool, spoof: bool) -> None:
+    """Swap in place: the masquerade rules (iptables ``CNI-<hash>`` chain or ``inet
+    cni_plugins_masquerade``) and spoof-check chains (``bridge nat``) the reference bridge made
+    for this attachment, found by its own tags."""
+    from cnichain.common import reference_rules
+
+    done: list[dict] = []
+    if masq:
+        done += reference_rules.remove(
+            reference_rules.masquerade_target(network, container_id, ifname),
+            f"remove the reference masquerade rules of {container_id}",
+        )
+    if spoof:
+        done += reference_rules.remove(
+            reference_rules.spoof_check_target(container_id, ifname),
+            f"remove the reference spoof-check chains of {container_id}",
+        )
+    if done:
+        log.info(f"bridge: removed {len(done)} nftables objects the reference bridge left for {container_id}")
+
+
+def reference_masquerade_present(network: str, container_id: str, ifname: str) -> bool:
+    """The reference bridge's masquerade for this attachment is in place (a pod it set up)."""
+    from cnichain.common import reference_rules
+
+    return reference_rules.present(reference_rules.masquerade_target(network, container_id, ifname))
 
 
 def masquerade_addresses(network: str, container_id: str, ifname: str) -> Optional[list[str]]:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import os
 
 from cnichain.common import netns
+from cnichain.common.errors import CniError
 from cnichain.common.invoke import delegate_ipam
+from cnichain.common.log import log
 from cnichain.common.rollback import Rollback
 from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import Interface, Result
 
-from .config import load
+from .config import add_refusals, load
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec
@@ -33,6 +35,7 @@ def _config(req: Request, *, with_mac: bool = True) -> BridgeConfig:
 
 def cmd_add(req: Request) -> Result:
     cfg = _config(req)
+    add_refusals(cfg)
     pod_fd = netns.open_netns(req.netns)  # a missing netns fails before anything is created
     undo = Rollback()
     host = pod = None
@@ -79,6 +82,7 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
 
     result = Result(cni_version=req.cni_version)
     bridge_mac = ""  # known without a lookup once the gateway step pinned it
+    vlan_interface = None  # the <bridge>.<vlan> gateway device, reported after the pod's (as the reference)
     if cfg.is_layer3:
         ipam = delegate_ipam(req, "ADD")
         undo.push("release IPAM", lambda: delegate_ipam(req, "DEL"))
@@ -86,7 +90,12 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
         plan = plan_l3(ipam, cfg)
         kernel.pod_sysctls(req.netns, req.ifname, cfg, plan)
         kernel.configure_pod(pod, container_index, req.ifname, plan, cfg)
-        if cfg.is_gateway:
+        if cfg.is_gateway and cfg.vlan_gateway:
+            vlan_dev = kernel.ensure_vlan_gateway(host, bridge, cfg)
+            vlan_mac = kernel.ensure_bridge_addrs(host, vlan_dev, cfg, plan.bridge_addrs)
+            vlan_interface = Interface(name=cfg.vlan_gateway, mac=vlan_mac or kernel.mac_of(vlan_dev))
+            kernel.enable_forwarding(plan.families)
+        elif cfg.is_gateway:
             bridge_mac = kernel.ensure_bridge_addrs(host, bridge, cfg, plan.bridge_addrs)
             kernel.enable_forwarding(plan.families)
         if cfg.ip_masq:
@@ -111,20 +120,35 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
         Interface(name=veth_name, mac=kernel.mac_of(veth_now) if veth_now is not None else ""),
         Interface(name=req.ifname, mac=container_mac, sandbox=req.netns),
     ]
+    if vlan_interface is not None:
+        result.interfaces.append(vlan_interface)
     return result
 
 
 def cmd_del(req: Request) -> None:
-    cfg = _config(req, with_mac=False)
+    """Best effort from whatever parses: with a config that does not decode, every rule kind is
+    looked up by its tag (removal is idempotent) and IPAM is still asked to release."""
+    try:
+        cfg = _config(req, with_mac=False)
+        masq, spoof, layer3 = cfg.ip_masq, cfg.macspoofchk, cfg.is_layer3
+    except CniError as exc:
+        log.skipped("DEL", [f"the bridge keys ({exc.msg}); removing every rule kind by tag"])
+        masq = spoof = True
+        try:
+            layer3 = bool(req.ipam_type)
+        except CniError:
+            layer3 = False
     from . import kernel  # no pyroute2 or nftables binding until a call needs one
 
-    if cfg.ip_masq:
-        kernel.remove_masquerade(cfg.network, req.container_id, req.ifname)
-    if cfg.macspoofchk:
-        kernel.remove_spoof_check(cfg.network, req.container_id, req.ifname)
+    if masq:
+        kernel.remove_masquerade(req.network_name, req.container_id, req.ifname)
+    if spoof:
+        kernel.remove_spoof_check(req.network_name, req.container_id, req.ifname)
+    if masq or spoof:
+        kernel.remove_reference_rules(req.network_name, req.container_id, req.ifname, masq=masq, spoof=spoof)
     if req.netns:
         kernel.delete_pod_link(req.netns, req.ifname)
-    if cfg.is_layer3:
+    if layer3:
         delegate_ipam(req, "DEL")
     return None
 

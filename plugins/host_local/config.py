@@ -386,14 +386,17 @@ def _requested_ips(d: dict, cni_args: str) -> list[IP]:
 # -- routes -----------------------------------------------------------------------------------
 
 
-def _routes(value: Optional[list]) -> tuple[Route, ...]:
+def _routes(value: Optional[list], strict: bool) -> tuple[Route, ...]:
+    """The result's routes.  A route without ``dst`` (which the reference copies into the result
+    as ``<nil>``) fails ADD only: routes matter to no other command, which skips it."""
     out = []
     for item in value or ():
         if item is None:
             continue
         if item["dst"] is None:
-            # The reference copies a route without "dst" into the result as "<nil>".
-            raise plugin_error('route is missing "dst"')
+            if strict:
+                raise plugin_error('route is missing "dst"')
+            continue
         out.append(Route.from_decoded(item))
     return tuple(out)
 
@@ -401,8 +404,10 @@ def _routes(value: Optional[list]) -> tuple[Route, ...]:
 # -- the loader -------------------------------------------------------------------------------
 
 
-def load(conf: dict, cni_args: str = "") -> IpamConfig:
-    """Go's ``allocator.LoadIPAMConfig``: the full network config in, a validated config out."""
+def load(conf: dict, cni_args: str = "", *, strict: bool = True) -> IpamConfig:
+    """Go's ``allocator.LoadIPAMConfig``: the full network config in, a validated config out.
+
+    ``strict`` is for ADD; other commands skip what only ADD uses and ADD would refuse."""
     d = gojson.decode(conf, SCHEMA)
     ipam = d["ipam"]
     if ipam is None:
@@ -441,7 +446,7 @@ def load(conf: dict, cni_args: str = "") -> IpamConfig:
         name=d["name"],
         cni_version=version_text,
         ranges=tuple(sets),
-        routes=_routes(ipam["routes"]),
+        routes=_routes(ipam["routes"], strict),
         data_dir=ipam["dataDir"] or DEFAULT_DATA_DIR,
         resolv_conf=ipam["resolvConf"],
         requested_ips=tuple(requested),

@@ -37,7 +37,7 @@ def _os_errors(fn: Callable[[Request], Optional[Result]]) -> Callable[[Request],
 
 
 def _load(req: Request) -> IpamConfig:
-    return load(req.conf, req.args)
+    return load(req.conf, req.args, strict=req.command == "ADD")
 
 
 def _remove_locked(req: Request, remove: Callable[[IpamConfig, DiskStore], list[str]]) -> None:

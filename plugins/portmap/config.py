@@ -8,6 +8,7 @@ nftables table) we refuse it with an error that names the key.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 
@@ -17,7 +18,7 @@ from cnichain.common.record import FrozenRecord
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing and dataclasses cost ~8 ms per exec together
-    from typing import Any, Optional
+    from typing import Any, Callable, Optional
 
     from cnichain.common.types import Result
 
@@ -61,7 +62,8 @@ class PortmapConfig(FrozenRecord):
     """The validated portmap keys of a network config."""
 
     __slots__ = _fields = (
-        "snat", "masq_all", "conditions_v4", "conditions_v6", "mark_masq_bit", "external_set_mark_chain", "mappings"
+        "snat", "masq_all", "conditions_v4", "conditions_v6", "mark_masq_bit", "external_set_mark_chain", "mappings",
+        "backend", "skipped",
     )
     snat: bool
     masq_all: bool
@@ -72,6 +74,9 @@ class PortmapConfig(FrozenRecord):
     mark_masq_bit: Optional[int]
     external_set_mark_chain: str
     mappings: tuple[PortMapping, ...]
+    backend: str  # as written ("" when unset); nftables is what is always programmed
+    # What a lenient load (every command but ADD) left out, one sentence each, for the log.
+    skipped: tuple[str, ...]
 
     def __init__(
         self,
@@ -82,6 +87,8 @@ class PortmapConfig(FrozenRecord):
         mark_masq_bit: Optional[int] = None,
         external_set_mark_chain: str = "",
         mappings: tuple[PortMapping, ...] = (),
+        backend: str = "",
+        skipped: tuple[str, ...] = (),
     ) -> None:
         self._assign(
             snat=snat,
@@ -91,6 +98,8 @@ class PortmapConfig(FrozenRecord):
             mark_masq_bit=mark_masq_bit,
             external_set_mark_chain=external_set_mark_chain,
             mappings=mappings,
+            backend=backend,
+            skipped=skipped,
         )
 
     def conditions(self, family: int) -> list[dict]:
@@ -106,6 +115,8 @@ class PortmapConfig(FrozenRecord):
             out.append("markMasqBit")
         if self.external_set_mark_chain:
             out.append("externalSetMarkChain")
+        if self.backend == "iptables":
+            out.append('backend "iptables"')
         return out
 
 
@@ -133,18 +144,42 @@ SCHEMA = gojson.Struct("main.PortMapConf", [
 ])
 
 
-def _conditions(raw: Optional[list], key: str) -> tuple[str, ...]:
+def _conditions(raw: Optional[list], key: str, backend: str) -> tuple[str, ...]:
+    """The condition list as JSON-encoded matches: iptables argv tokens (the reference's default
+    backend) translated by :mod:`.ipt_conditions`, nft text parsed by :mod:`.conditions`.
+
+    The backend a config names explicitly must match its conditions' style, as the reference
+    requires (same texts); an unset backend takes either style.
+    """
     tokens = tuple(c.strip() for c in raw or () if c.strip())
     if not tokens:
         return ()
-    first = tokens[0]
-    if first[0] in "-!" or any(t.startswith("-") for t in tokens):
+    from .ipt_conditions import is_iptables_style  # only for configs that have conditions
+
+    family = 4 if key == "conditionsV4" else 6
+    if is_iptables_style(tokens):
+        if backend == "nftables":
+            raise plugin_error(
+                "failed to parse config: nftables backend was requested but configuration contains "
+                f"iptables-specific options [{key}]"
+            )
+        from .conditions import Refused
+        from .ipt_conditions import translate
+
+        try:
+            matches: tuple[dict, ...] = tuple(translate(tokens, family))
+        except Refused as exc:
+            raise plugin_error(
+                f"failed to parse config: {key}: iptables condition outside the supported subset: {exc}",
+                f"{list(raw or ())}; supported: [!] -s/-d, -i/-o, -p, --dport/--sport, -m comment --comment",
+            ) from None
+        return tuple(json.dumps(m, sort_keys=True) for m in matches)
+    if backend == "iptables":
         raise plugin_error(
-            "failed to parse config: nftables backend was requested but configuration contains "
-            f"iptables-specific options [{key}]",
-            f"{key} must be nftables match expressions (e.g. \"ip saddr 10.0.0.0/8\"), got {list(raw or ())}",
+            "failed to parse config: iptables backend was requested but configuration contains "
+            f"nftables-specific options [{key}]"
         )
-    from .conditions import validated  # ipaddress: only for configs that have conditions
+    from .conditions import validated
 
     return tuple(json.dumps(m, sort_keys=True) for m in validated(tokens, key))
 
@@ -178,16 +213,19 @@ def parse_mapping(raw: Any) -> PortMapping:
     return mapping_from(entry["runtimeConfig"]["portMappings"][0])
 
 
-def load(conf: dict) -> PortmapConfig:
-    """Validate the portmap keys of a network config (``runtimeConfig`` included)."""
+def load(conf: dict, *, strict: bool = True) -> PortmapConfig:
+    """Validate the portmap keys of a network config (``runtimeConfig`` included).
+
+    ``strict`` is for ADD.  Every other command loads leniently: what only ADD needs and ADD
+    would refuse (conditions outside the subset or of the other backend's style, a mapping with
+    an unusable protocol or hostIP) is left out and named in ``skipped``, so that DEL, CHECK, GC
+    and STATUS of a config the reference accepts never fail.  JSON type errors and the
+    reference's own refusals (backend name, mark bit, port numbers) fail every command, as they
+    do there.
+    """
     d = gojson.decode(conf, SCHEMA, _PREFIX)
-    backend = d["backend"]
-    if backend not in (None, "", "nftables"):
-        if backend == "iptables":
-            raise plugin_error(
-                'failed to parse config: backend "iptables" is not supported: this portmap '
-                'programs nftables only (remove "backend" or set it to "nftables")'
-            )
+    backend = d["backend"] or ""
+    if backend not in ("", "iptables", "nftables"):
         raise plugin_error(f'failed to parse config: unrecognized backend "{backend}"')
     mark_bit = d["markMasqBit"]
     if mark_bit is not None and not 0 <= mark_bit <= 31:
@@ -195,15 +233,37 @@ def load(conf: dict) -> PortmapConfig:
     ext = d["externalSetMarkChain"] or ""
     if ext and mark_bit is not None:
         raise plugin_error("failed to parse config: Cannot specify externalSetMarkChain and markMasqBit")
+    skipped: list[str] = []
+
+    def lenient(what: str, parse: Callable[[], Any], empty: Any) -> Any:
+        if strict:
+            return parse()
+        try:
+            return parse()
+        except CniError as exc:
+            skipped.append(f"{what} ({exc.msg})")
+            return empty
+
+    raw_mappings = d["runtimeConfig"]["portMappings"] or ()
+    for m in raw_mappings:  # the reference's own check, at every command
+        if m["containerPort"] <= 0:
+            raise plugin_error(f"failed to parse config: Invalid container port number: {m['containerPort']}")
+        if m["hostPort"] <= 0:
+            raise plugin_error(f"failed to parse config: Invalid host port number: {m['hostPort']}")
+    mappings: list[Optional[PortMapping]] = []
+    for i, m in enumerate(raw_mappings):
+        mappings.append(lenient(f"portMappings[{i}]", functools.partial(mapping_from, m), None))
     snat = d["snat"]
     return PortmapConfig(
         snat=True if snat is None else snat,
         masq_all=d["masqAll"],
-        conditions_v4=_conditions(d["conditionsV4"], "conditionsV4"),
-        conditions_v6=_conditions(d["conditionsV6"], "conditionsV6"),
+        conditions_v4=lenient("conditionsV4", lambda: _conditions(d["conditionsV4"], "conditionsV4", backend), ()),
+        conditions_v6=lenient("conditionsV6", lambda: _conditions(d["conditionsV6"], "conditionsV6", backend), ()),
         mark_masq_bit=mark_bit,
         external_set_mark_chain=ext,
-        mappings=tuple(mapping_from(m) for m in d["runtimeConfig"]["portMappings"] or ()),
+        mappings=tuple(m for m in mappings if m is not None),
+        backend=backend,
+        skipped=tuple(skipped),
     )
 
 

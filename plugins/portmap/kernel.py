@@ -151,6 +151,25 @@ def remove(owner: str, plan: Optional[OwnerPlan] = None) -> None:
     _slow(lambda snap: rebuild(snap, remove=[owner]))
 
 
+def remove_reference_rules(network: str, container_id: str) -> None:
+    """Swap in place: the hostPort rules the reference portmap (iptables or nftables backend)
+    made for this container, found by its own tags (see :mod:`cnichain.common.reference_rules`)."""
+    from cnichain.common import reference_rules
+
+    done = reference_rules.remove(
+        reference_rules.portmap_target(network, container_id), f"remove the reference portmap rules of {container_id}"
+    )
+    if done:
+        log.info(f"portmap: removed {len(done)} nftables objects the reference portmap left for {container_id}")
+
+
+def reference_rules_present(network: str, container_id: str) -> bool:
+    """The reference portmap's rules for this container are in place (a pod it set up)."""
+    from cnichain.common import reference_rules
+
+    return reference_rules.present(reference_rules.portmap_target(network, container_id))
+
+
 def remove_many(select: Callable[[Snapshot], list[str]]) -> None:
     """GC: remove every owner ``select(snapshot)`` returns, in one transaction."""
     _slow(lambda snap: rebuild(snap, remove=select(snap)) if select(snap) else [])

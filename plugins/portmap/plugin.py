@@ -25,12 +25,19 @@ if TYPE_CHECKING:  # annotations only
 
 
 def _config(req: Request) -> PortmapConfig:
-    cfg = load(req.conf)
-    if cfg.ignored_keys:
+    """The config, strict for ADD only (see :func:`.config.load`); what a lenient load left out
+    and what is accepted for compatibility only are logged once."""
+    cfg = load(req.conf, strict=req.command == "ADD")
+    if cfg.backend == "iptables":
+        log.info('portmap: backend "iptables" requested; this plugin always programs nftables '
+                 f"(table {names.T}), and iptables-style conditions are translated")
+    marks = [k for k in cfg.ignored_keys if k in ("markMasqBit", "externalSetMarkChain")]
+    if marks:
         log.info(
-            f"portmap: {', '.join(cfg.ignored_keys)} only tune the iptables backend's packet marks; "
+            f"portmap: {', '.join(marks)} only tune the iptables backend's packet marks; "
             "this plugin masquerades hairpin and localhost traffic itself, so they have no effect"
         )
+    log.skipped(req.command, cfg.skipped)
     return cfg
 
 
@@ -72,20 +79,27 @@ def cmd_add(req: Request) -> Result:
 
 
 def cmd_del(req: Request) -> None:
-    cfg = _config(req)  # a broken config is still reported, as the reference does
+    """Removes by owner (network + container ID) and by the reference's tags, so it needs no
+    config key at all: a config that does not even decode is logged and cleaned up anyway."""
+    try:
+        cfg: Optional[PortmapConfig] = _config(req)
+    except CniError as exc:
+        log.skipped("DEL", [f"the portmap keys ({exc.msg}); removing by container ID"])
+        cfg = None
     plan = None
-    if cfg.mappings:
+    if cfg is not None and cfg.mappings:
         # What ADD installed if the runtime resent the same mappings and prevResult (libcni
         # does): lets DEL skip listing.  Anything unusable here only means listing instead.
         try:
             prev = req.prev_result
         except CniError:
             prev = None
-        if prev is not None:
+        if prev is not None and not cfg.skipped:
             plan, _ips = _plan(req, cfg, prev)
     from . import kernel
 
     kernel.remove(names.owner_id(req.network_name, req.container_id), plan)
+    kernel.remove_reference_rules(req.network_name, req.container_id)
     return None
 
 
@@ -97,10 +111,12 @@ def cmd_check(req: Request) -> None:
         return None
     from . import kernel
 
+    have = kernel.owner_comments(plan.owner)
+    if have is None and kernel.reference_rules_present(req.network_name, req.container_id):
+        return None  # a pod the reference set up before a swap in place: its rules do the job
     for chain, rules in SKELETON_RULES.items():
         if (kernel.chain_rule_count(chain) or 0) < rules:
             raise plugin_error(f'missing hostport rules in shared chain "{chain}" of table {names.T}')
-    have = kernel.owner_comments(plan.owner)
     if have is None:
         raise plugin_error(f'missing hostport rules: chain "{names.dnat_chain(plan.owner)}" not found')
     missing = [k for k in plan.dnat_keys + plan.masq_keys if k not in have]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 
 from cnichain.common import gojson
-from cnichain.common.errors import plugin_error
+from cnichain.common.errors import CniError, plugin_error
 from cnichain.common.record import FrozenRecord
 
 TYPE_CHECKING = False
@@ -50,12 +50,15 @@ class RouteSpec(FrozenRecord):
 class RouteOverrideConfig(FrozenRecord):
     """The validated keys, ``args.cni`` overrides applied."""
 
-    __slots__ = _fields = ("flushroutes", "flushgateway", "delroutes", "addroutes", "skipcheck")
+    __slots__ = _fields = ("flushroutes", "flushgateway", "delroutes", "addroutes", "skipcheck", "skipped")
     flushroutes: bool
     flushgateway: bool
     delroutes: tuple[RouteSpec, ...]
     addroutes: tuple[RouteSpec, ...]
     skipcheck: bool
+    # Routes left out because no kernel would take them (no dst, host bits, mixed families): the
+    # original passes them to netlink, prints the error and carries on, so the pod still starts.
+    skipped: tuple[str, ...]
 
     def __init__(
         self,
@@ -64,6 +67,7 @@ class RouteOverrideConfig(FrozenRecord):
         delroutes: tuple[RouteSpec, ...] = (),
         addroutes: tuple[RouteSpec, ...] = (),
         skipcheck: bool = False,
+        skipped: tuple[str, ...] = (),
     ) -> None:
         self._assign(
             flushroutes=flushroutes,
@@ -71,6 +75,7 @@ class RouteOverrideConfig(FrozenRecord):
             delroutes=delroutes,
             addroutes=addroutes,
             skipcheck=skipcheck,
+            skipped=skipped,
         )
 
     def all_delroutes(self) -> tuple[RouteSpec, ...]:
@@ -116,18 +121,28 @@ def _route(item: dict, *, adding: bool) -> RouteSpec:
     return RouteSpec(dst=iface.network, gw=gw, text=str(iface))
 
 
-def _routes(items: Optional[list], *, adding: bool) -> Optional[tuple[RouteSpec, ...]]:
+def _routes(items: Optional[list], *, adding: bool, skipped: list[str]) -> Optional[tuple[RouteSpec, ...]]:
+    """The usable routes; each unusable one is named in ``skipped`` instead of failing the load."""
     if items is None:
         return None
-    return tuple(_route(item, adding=adding) for item in items if item is not None)
+    out = []
+    for item in items:
+        if item is None:
+            continue
+        try:
+            out.append(_route(item, adding=adding))
+        except CniError as exc:
+            skipped.append(exc.msg[len(_LOAD):] if exc.msg.startswith(_LOAD) else exc.msg)
+    return tuple(out)
 
 
 def load(conf: dict) -> RouteOverrideConfig:
     d = gojson.decode(conf, SCHEMA, _LOAD)
     flushroutes: bool = d["flushroutes"]
     flushgateway: bool = d["flushgateway"]
-    delroutes = _routes(d["delroutes"], adding=False) or ()
-    addroutes = _routes(d["addroutes"], adding=True) or ()
+    skipped: list[str] = []
+    delroutes = _routes(d["delroutes"], adding=False, skipped=skipped) or ()
+    addroutes = _routes(d["addroutes"], adding=True, skipped=skipped) or ()
     skipcheck: bool = d["skipcheck"]
     # Unlike the reference (a nil dereference), "args" without "cni" is simply nothing to apply.
     cni = d["args"]["cni"] if d["args"] is not None else None
@@ -135,8 +150,8 @@ def load(conf: dict) -> RouteOverrideConfig:
         over = gojson.overlay
         flushroutes = over(flushroutes, cni["flushroutes"])
         flushgateway = over(flushgateway, cni["flushgateway"])
-        delroutes = over(delroutes, _routes(cni["delroutes"], adding=False))
-        addroutes = over(addroutes, _routes(cni["addroutes"], adding=True))
+        delroutes = over(delroutes, _routes(cni["delroutes"], adding=False, skipped=skipped))
+        addroutes = over(addroutes, _routes(cni["addroutes"], adding=True, skipped=skipped))
         skipcheck = over(skipcheck, cni["skipcheck"])
     return RouteOverrideConfig(
         flushroutes=flushroutes,
@@ -144,4 +159,5 @@ def load(conf: dict) -> RouteOverrideConfig:
         delroutes=delroutes,
         addroutes=addroutes,
         skipcheck=skipcheck,
+        skipped=tuple(skipped),
     )

@@ -2,8 +2,9 @@
 
 Drop-in for openshift/route-override-cni with its known defects fixed: a missing ``prevResult`` is
 a clear error instead of a nil-pointer panic (upstream issue #22); ``delroutes`` removes the route
-from the pod even when the previous result did not list it; kernel errors fail the ADD instead of
-being printed to stderr and ignored; CNI 1.1.0 is supported.  DEL is a no-op, as in the reference
+from the pod even when the previous result did not list it; CNI 1.1.0 is supported.  A route the
+kernel refuses (a clash, an unreachable gateway) is printed to stderr and skipped, as the original
+does, so a conflist that worked with it keeps working.  DEL is a no-op, as in the reference
 (routes die with the pod's interface), and never loads pyroute2.
 
 Latency: DEL and VERSION load nothing beyond the skeleton; the config and plan modules (which
@@ -14,8 +15,14 @@ from __future__ import annotations
 
 from cnichain.common import netns
 from cnichain.common.errors import plugin_error
+from cnichain.common.kernel_errors import KernelError
+from cnichain.common.log import log
 from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import Result
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from typing import Any, Callable
 
 PREV_MISSING = (
     "Required prevResult missing: route-override must be chained after the plugin that "
@@ -23,11 +30,23 @@ PREV_MISSING = (
 )
 
 
+def _tolerated(step: Callable[..., None], *args: Any) -> None:
+    """A route the kernel refuses to delete or add is reported on stderr and skipped, as the
+    original plugin does (it prints every netlink error and carries on): a conflist that worked
+    with it keeps creating pods here."""
+    try:
+        step(*args)
+    except KernelError as exc:
+        log.notice(f"route-override: {exc.msg} (ignored, as the original route-override does)")
+
+
 def cmd_add(req: Request) -> Result:
     from .config import load
     from .plan import new_result, routes_to_delete, target_interfaces
 
     cfg = load(req.conf)
+    for what in cfg.skipped:
+        log.notice(f"route-override: {what}: route skipped (ignored, as the original route-override does)")
     prev = req.require_prev_result(PREV_MISSING)
     targets = target_interfaces(prev, req.ifname)
     result = new_result(prev, cfg)
@@ -44,13 +63,13 @@ def cmd_add(req: Request) -> Result:
                 present = kernel.list_routes(ipr)
                 by_index = {v: k for k, v in indexes.items()}
                 for r in routes_to_delete(present, set(indexes.values()), cfg):
-                    kernel.delete(ipr, r, by_index.get(r.oif or 0, "?"))
+                    _tolerated(kernel.delete, ipr, r, by_index.get(r.oif or 0, "?"))
                 if cfg.addroutes:
                     dev = targets[0]
                     oif = kernel.interface_or_error(indexes, dev)
                     present = kernel.list_routes(ipr)
                     for spec in cfg.addroutes:
-                        kernel.add(ipr, spec, oif, dev, present)
+                        _tolerated(kernel.add, ipr, spec, oif, dev, present)
     except netns.NetnsGone as exc:
         raise plugin_error(f"failed to override routes: {exc.msg}") from None
     return result

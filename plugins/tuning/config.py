@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 
 from cnichain.common import gojson
 from cnichain.common.cniargs import parse_cni_args
-from cnichain.common.errors import config_error, plugin_error
+from cnichain.common.errors import CniError, config_error, plugin_error
 from cnichain.common.record import FrozenRecord
 from cnichain.common.sysctl import PROC_SYS
 
@@ -48,14 +49,15 @@ class Sysctl(FrozenRecord):
 class TuningConfig(FrozenRecord):
     """The validated tuning keys, overrides applied."""
 
-    __slots__ = _fields = ("sysctl", "mac", "mtu", "promisc", "allmulti", "txqlen", "data_dir")
+    __slots__ = _fields = ("sysctl", "mac", "mtu", "promisc", "allmulti", "txqlen", "data_dir", "skipped")
     sysctl: tuple[tuple[str, str], ...]  # (key as written, value), in config order
     mac: str  # normalised: lower case, colon separated
     mtu: int  # 0 = leave alone
     promisc: bool  # False = leave alone (reference semantics)
     allmulti: Optional[bool]
     txqlen: Optional[int]
-    data_dir: str
+    data_dir: str  # "" when a lenient load found it unusable (relative)
+    skipped: tuple[str, ...]  # what a lenient load (every command but ADD) left out, for the log
 
     def __init__(
         self,
@@ -66,6 +68,7 @@ class TuningConfig(FrozenRecord):
         allmulti: Optional[bool] = None,
         txqlen: Optional[int] = None,
         data_dir: str = DEFAULT_DATA_DIR,
+        skipped: tuple[str, ...] = (),
     ) -> None:
         self._assign(
             sysctl=sysctl,
@@ -75,6 +78,7 @@ class TuningConfig(FrozenRecord):
             allmulti=allmulti,
             txqlen=txqlen,
             data_dir=data_dir,
+            skipped=skipped,
         )
 
     @property
@@ -119,28 +123,23 @@ def format_mac(raw: bytes) -> str:
 
 
 def resolve_sysctl(key: str, value: str, ifname: str) -> Sysctl:
-    """Validate ``key`` and resolve it below ``/proc/sys/net`` for interface ``ifname``.
+    """Resolve ``key`` below ``/proc/sys/net`` for interface ``ifname``, as the reference does.
 
-    Dots become path separators first, then the first ``IFNAME`` becomes the interface name, so
-    names with dots (``eth0.100``) stay one path segment.
+    Dots become path separators first (so a slash-form key such as ``net/ipv4/conf/IFNAME/x``
+    works too), then the first ``IFNAME`` becomes the interface name (names with dots,
+    ``eth0.100``, stay one path segment), then the path is cleaned and must lie under
+    ``/proc/sys/net/``.  Once the dots are gone no ``..`` is left to climb out; the interface
+    name was validated by the skeleton.
     """
-    segments = key.split(".")
-    if (
-        not key
-        or "/" in key
-        or "\0" in key
-        or "\0" in value
-        or segments[0] != "net"
-        or len(segments) < 2
-        or any(s in ("", "..") for s in segments)
-    ):
+    if not key or "\0" in key or "\0" in value:
+        raise config_error(f'invalid net sysctl key: "{key}"', "a sysctl key or value contains NUL")
+    full = posixpath.normpath("/proc/sys/" + key.replace(".", "/").replace("IFNAME", ifname, 1))
+    if not full.startswith("/proc/sys/net/"):
         raise config_error(
             f'invalid net sysctl key: "{key}"',
-            "keys are dotted names under net. (e.g. net.ipv4.conf.IFNAME.arp_filter) "
-            "with no empty segment, '..' or '/'",
+            "keys name a file under /proc/sys/net (e.g. net.ipv4.conf.IFNAME.arp_filter)",
         )
-    rel = "/".join(segments).replace("IFNAME", ifname, 1)
-    return Sysctl(key=key, rel=rel, value=value)
+    return Sysctl(key=key, rel=full[len("/proc/sys/"):], value=value)
 
 
 def resolve_sysctls(cfg: TuningConfig, ifname: str) -> list[Sysctl]:
@@ -248,8 +247,10 @@ SCHEMA = gojson.Struct("main.TuningConf", [
 ])
 
 
-def load(conf: dict, cni_args: str = "") -> TuningConfig:
-    """The reference's ``parseConf``: config keys < CNI_ARGS MAC < runtimeConfig.mac < args.cni."""
+def load(conf: dict, cni_args: str = "", *, strict: bool = True) -> TuningConfig:
+    """The reference's ``parseConf``: config keys < CNI_ARGS MAC < runtimeConfig.mac < args.cni.
+
+    ``strict`` is for ADD; see :class:`TuningConfig` ``skipped`` for the other commands."""
     d = gojson.decode(conf, SCHEMA, _LOAD)
     sysctl: dict[str, str] = dict(d["sysctl"] or {})
     mac: str = d["mac"]
@@ -275,18 +276,37 @@ def load(conf: dict, cni_args: str = "") -> TuningConfig:
         allmulti = over(allmulti, cni["allmulti"])
         txqlen = over(txqlen, cni["txQLen"])
 
+    skipped: list[str] = []
+
+    def refuse(err: CniError, what: str) -> None:
+        """ADD refuses; other commands carry on without the value (the reference checks none of
+        these before it touches the pod, and its DEL never fails on them)."""
+        if strict:
+            raise err
+        skipped.append(f"{what} ({err.msg})")
+
     if mtu < 0 or mtu > 0xFFFFFFF:
-        raise config_error(f"invalid mtu {mtu}: must be a positive number (0 leaves the MTU alone)")
+        refuse(config_error(f"invalid mtu {mtu}: must be a positive number (0 leaves the MTU alone)"), "mtu")
+        mtu = 0
     if txqlen is not None and not 0 <= txqlen <= 0xFFFFFFFF:
-        raise config_error(f"invalid txQLen {txqlen}: must be between 0 and 4294967295")
+        refuse(config_error(f"invalid txQLen {txqlen}: must be between 0 and 4294967295"), "txQLen")
+        txqlen = None
     if not data_dir.startswith("/") or "\0" in data_dir:
-        raise config_error(f'invalid dataDir "{data_dir}": must be an absolute path')
+        refuse(config_error(f'invalid dataDir "{data_dir}": must be an absolute path'), "dataDir (no backup restored)")
+        data_dir = ""
+    norm_mac = ""
+    if mac:
+        try:
+            norm_mac = format_mac(parse_mac(mac))
+        except CniError as exc:
+            refuse(exc, "mac")
     return TuningConfig(
         sysctl=tuple(sysctl.items()),
-        mac=format_mac(parse_mac(mac)) if mac else "",
+        mac=norm_mac,
         mtu=mtu,
         promisc=promisc,
         allmulti=allmulti,
         txqlen=txqlen,
-        data_dir=os.path.normpath(data_dir),
+        data_dir=os.path.normpath(data_dir) if data_dir else "",
+        skipped=tuple(skipped),
     )

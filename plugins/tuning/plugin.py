@@ -26,6 +26,7 @@ from cnichain.common.types import Result
 
 from . import backup, kernel, plan
 from .config import (
+    DEFAULT_DATA_DIR,
     Sysctl,
     TuningConfig,
     check_allowlist,
@@ -118,8 +119,17 @@ def _restore_link(ipr: Any, ifname: str, data: dict) -> None:
 
 
 def cmd_del(req: Request) -> None:
-    cfg = load(req.conf, req.args)  # only a config that does not parse makes DEL fail
-    path = backup.backup_path(cfg.data_dir, req.container_id, req.ifname)
+    try:
+        cfg = load(req.conf, req.args, strict=False)
+        log.skipped("DEL", cfg.skipped)
+        data_dir = cfg.data_dir
+    except CniError as exc:  # DEL needs only the dataDir: restore from the backup anyway
+        raw = req.conf.get("dataDir")
+        data_dir = raw if isinstance(raw, str) and raw.startswith("/") and "\0" not in raw else DEFAULT_DATA_DIR
+        log.skipped("DEL", [f"the tuning keys ({exc.msg}); restoring from {data_dir}"])
+    if not data_dir:
+        return None  # no backup can be found (logged above)
+    path = backup.backup_path(data_dir, req.container_id, req.ifname)
     data = backup.load(path)
     if data is None:
         return None  # nothing was changed, or already restored: no namespace, no netlink
@@ -175,7 +185,8 @@ def _restore(req: Request, data: dict) -> list[str]:
 
 def cmd_check(req: Request) -> None:
     check_duplicate_sysctl_keys(req.stdin)
-    cfg = load(req.conf, req.args)
+    cfg = load(req.conf, req.args, strict=False)
+    log.skipped("CHECK", cfg.skipped)
     req.require_prev_result(PREV_MISSING)
     sysctls = resolve_sysctls(cfg, req.ifname)  # IFNAME resolved here too (the reference forgot)
     wanted = plan.wanted_link(cfg)

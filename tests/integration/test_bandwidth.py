@@ -342,8 +342,8 @@ REFERENCE_CHECK_VERSIONS = [v for v in CHECK_VERSIONS if not expects_gc(v)]
 
 @pytest.mark.parametrize("version", REFERENCE_CHECK_VERSIONS)
 @pytest.mark.parametrize("burst", [160_000, CONTAINERD_BURST], ids=["explicit", "containerd"])
-def test_reference_added_pod_checks_and_deletes_with_ours(lab, make_runtime, plugin_dir, reference_dir, burst, version):
-    ref = make_runtime([reference_dir])
+def test_reference_added_pod_checks_and_deletes_with_ours(lab, make_runtime, plugin_dir, any_reference, burst, version):
+    ref = make_runtime([any_reference[1]])
     conf = chain(lab, version)
     limits = {"ingressRate": 1_000_000, "ingressBurst": burst, "egressRate": 1_000_000, "egressBurst": burst}
     pod, att, result = add_pod(lab, ref, conf, limits=limits)
@@ -360,7 +360,8 @@ def test_reference_added_pod_checks_and_deletes_with_ours(lab, make_runtime, plu
 
 
 @pytest.mark.parametrize("version", REFERENCE_CHECK_VERSIONS)
-def test_our_pod_passes_reference_check(lab, make_runtime, plugin_dir, reference_dir, version):
+def test_our_pod_passes_reference_check(lab, make_runtime, plugin_dir, any_reference, version):
+    reference_dir = any_reference[1]
     rt = runtime(make_runtime, plugin_dir, reference_dir)
     conf = chain(lab, version)
     pod, att, result = add_pod(lab, rt, conf)

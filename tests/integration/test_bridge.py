@@ -336,7 +336,7 @@ def test_interface_name_taken_leaves_nothing(lab, runtime, cni_version):
     held = reserved(lab, "brnet")
     with pytest.raises(PluginFailed) as info:
         runtime.add(conf, Attachment("c1", pod, "eth0"))
-    assert_failed(info.value, Code.INTERNAL, "container veth name provided (eth0) already exists", prefix=True)
+    assert_failed(info.value, Code.INTERNAL, 'container veth name ("eth0") peer provided ("veth', prefix=True)
     assert _state(lab, pod) == before
     assert reserved(lab, "brnet") == held
 
@@ -481,7 +481,8 @@ def _pod_view(lab, pod) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("cni_version", [v for v in ALL_VERSIONS if not expects_gc(v)])  # Debian's bridge stops at 1.0.0
-def test_same_observable_state_as_reference(lab, make_runtime, plugin_dir, reference_dir, cni_version):
+def test_same_observable_state_as_reference(lab, make_runtime, plugin_dir, any_reference, cni_version):
+    reference_dir = any_reference[1]
     ours, ref = make_runtime([plugin_dir, reference_dir]), make_runtime([reference_dir])
     p1, p2 = lab.netns("p1"), lab.netns("p2")
     res_ours = ours.add(bridge_conf(lab, version=cni_version, name="ours", isDefaultGateway=True, routes=[]),

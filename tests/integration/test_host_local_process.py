@@ -32,8 +32,6 @@ from tests.specver import (
     result_ips,
 )
 
-REFERENCE = os.path.join(os.environ.get("CNICHAIN_REFERENCE_DIR", "/usr/lib/cni"), "host-local")
-
 
 @pytest.fixture(scope="session")
 def module_path() -> str:
@@ -48,10 +46,12 @@ def ours(module_path):
 
 
 @pytest.fixture
-def reference():
-    if not os.access(REFERENCE, os.X_OK):
-        pytest.skip(f"reference host-local not installed at {REFERENCE}")
-    return lambda *a, **kw: run([REFERENCE], "", *a, **kw)
+def reference(any_reference):
+    """The reference host-local, 1.1.1 and 1.9.1 in turn (same on-disk format in both)."""
+    binary = os.path.join(any_reference[1], "host-local")
+    if not os.access(binary, os.X_OK):
+        pytest.skip(f"reference host-local not installed at {binary}")
+    return lambda *a, **kw: run([binary], "", *a, **kw)
 
 
 def env_for(command: str, cid: str = "ctr1", ifname: str = "eth0", module_path: str = "", **extra) -> dict:

@@ -160,19 +160,31 @@ def test_flushroutes_keeps_connected_and_link_local(lab, plugin_dir, cni_version
     assert "fe80::/64" in lab.run(pod, "ip", "-6", "route", "show", "dev", "peer0").stdout
 
 
-def test_kernel_errors_are_reported(lab, plugin_dir, cni_version):
+def test_kernel_errors_are_reported_and_tolerated(lab, plugin_dir, cni_version):
+    """As the original route-override: a route the kernel refuses is printed to stderr and
+    skipped, and ADD succeeds (a conflist that worked with it keeps creating pods)."""
     pod = make_pod(lab)
-    conf = ro_conf(cni_version, pod, addroutes=[{"dst": "192.168.0.0/24", "gw": "10.99.0.1"}])
-    rc, out, _ = exec_plugin(lab, plugin_dir, "ADD", conf, pod)
-    assert rc == 1
-    assert_cni_error(out, 999, "failed to add route 192.168.0.0/24 via 10.99.0.1 dev eth0: Network is unreachable")
-    # a route that clashes with an existing one is an error too, an identical one is not
+    conf = ro_conf(cni_version, pod, addroutes=[{"dst": "192.168.0.0/24", "gw": "10.99.0.1"},
+                                                {"dst": "192.168.1.0/24", "gw": "10.1.0.1"}])
+    rc, _out, err = exec_plugin(lab, plugin_dir, "ADD", conf, pod)
+    assert rc == 0
+    assert "failed to add route 192.168.0.0/24 via 10.99.0.1 dev eth0: Network is unreachable" in err
+    routes = lab.run(pod, "ip", "route", "show").stdout
+    assert "192.168.1.0/24 via 10.1.0.1" in routes and "192.168.0.0/24" not in routes  # the next one still added
+    # a route that clashes with an existing one is reported too, an identical one silently passes
     conf = ro_conf(cni_version, pod, addroutes=[{"dst": "10.9.0.0/16", "gw": "10.1.0.7"}])
-    rc, out, _ = exec_plugin(lab, plugin_dir, "ADD", conf, pod)
-    assert rc == 1
-    assert_cni_error(out, 999, "failed to add route 10.9.0.0/16 via 10.1.0.7 dev eth0: File exists")
+    rc, _out, err = exec_plugin(lab, plugin_dir, "ADD", conf, pod)
+    assert rc == 0 and "failed to add route 10.9.0.0/16 via 10.1.0.7 dev eth0: File exists" in err
     conf = ro_conf(cni_version, pod, addroutes=[{"dst": "10.9.0.0/16", "gw": "10.1.0.1"}])
-    assert exec_plugin(lab, plugin_dir, "ADD", conf, pod)[0] == 0
+    rc, _out, err = exec_plugin(lab, plugin_dir, "ADD", conf, pod)
+    assert rc == 0 and "failed" not in err
+    # a route no kernel would take (host bits) is skipped the same way, the others still go in
+    conf = ro_conf(cni_version, pod, addroutes=[{"dst": "192.168.5.1/24", "gw": "10.1.0.1"},
+                                                {"dst": "192.168.6.0/24", "gw": "10.1.0.1"}])
+    rc, out, err = exec_plugin(lab, plugin_dir, "ADD", conf, pod)
+    assert rc == 0 and "destination has host bits set" in err
+    assert "192.168.6.0/24 via 10.1.0.1" in lab.run(pod, "ip", "route", "show").stdout
+    assert "192.168.5.0/24" not in lab.run(pod, "ip", "route", "show").stdout
 
 
 def test_check_detects_drift_and_skipcheck(lab, plugin_dir, check_version):

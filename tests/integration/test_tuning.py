@@ -188,10 +188,22 @@ def test_failed_add_puts_everything_back(lab, plugin_dir, cni_version):
     assert backups(lab) == []
 
 
+def test_slash_form_keys_work_as_in_the_reference(lab, plugin_dir, cni_version):
+    """The reference turns dots into slashes, so ``net/ipv4/conf/IFNAME/x`` names the same file."""
+    pod = make_pod(lab)
+    conf = tuning_conf(lab, cni_version, pod, sysctl={"net/ipv4/conf/IFNAME/arp_filter": "1",
+                                                       "net/core/somaxconn": "503"})
+    rc, out, err = exec_plugin(lab, plugin_dir, "ADD", conf, pod)
+    assert rc == 0, (out, err)
+    assert sysctl(lab, pod, "net.ipv4.conf.eth0.arp_filter") == "1"
+    assert sysctl(lab, pod, "net.core.somaxconn") == "503"
+    assert exec_plugin(lab, plugin_dir, "DEL", conf, pod)[0] == 0
+
+
 def test_invalid_key_writes_nothing(lab, plugin_dir, cni_version):
     pod = make_pod(lab)
     somaxconn = sysctl(lab, pod, "net.core.somaxconn")
-    for bad in ("net.core..somaxconn", "kernel.hostname", "net/core/somaxconn"):
+    for bad in ("kernel.hostname", "/kernel/hostname", "net."):
         conf = tuning_conf(lab, cni_version, pod, sysctl={"net.core.somaxconn": "502", bad: "1"}, mtu=1300)
         rc, out, _ = exec_plugin(lab, plugin_dir, "ADD", conf, pod)
         assert rc == 1
@@ -253,8 +265,9 @@ def test_mac_capability_and_args(lab, plugin_dir, cni_version):
 
 
 @pytest.mark.parametrize("cni_version", REFERENCE_PLUGIN_VERSIONS)
-def test_reference_backup_is_restored_by_ours(lab, plugin_dir, reference_dir, cni_version):
+def test_reference_backup_is_restored_by_ours(lab, plugin_dir, any_reference, cni_version):
     """State compatibility: a node can switch plugins with attachments in flight."""
+    reference_dir = any_reference[1]
     pod = make_pod(lab)
     before = link_state(lab, pod)
     conf = tuning_conf(lab, cni_version, pod, mac="02:00:00:00:00:0b", mtu=1450, promisc=True)

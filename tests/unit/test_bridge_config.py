@@ -8,7 +8,7 @@ import os
 import pytest
 
 from cnichain.common.errors import CniError
-from cnichain.plugins.bridge.config import load
+from cnichain.plugins.bridge.config import add_refusals, load
 
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "data", "corpus")
 
@@ -41,9 +41,7 @@ def test_default_gateway_implies_gateway_and_unknown_keys_are_ignored():
         ({"bridge": "x" * 16}, "invalid bridge name"),
         ({"vlan": 4095}, "invalid VLAN ID 4095 (must be between 0 and 4094)"),
         ({"vlan": -1}, "invalid VLAN ID -1 (must be between 0 and 4094)"),
-        ({"hairpinMode": True, "promiscMode": True}, "cannot set hairpin mode and promiscuous mode at the same time."),
         ({"disableContainerInterface": True, "ipam": {"type": "host-local"}}, "cannot use IPAM when DisableContainerInterface flag is set"),
-        ({"ipMasqBackend": "pf"}, 'unknown ipmasq backend "pf"'),
         ({"vlanTrunk": [{"id": 5000}]}, "incorrect trunk id parameter"),
         ({"vlanTrunk": [{"minID": 0, "maxID": 4}]}, "incorrect trunk minID parameter"),
         ({"vlanTrunk": [{"minID": 1, "maxID": 4095}]}, "incorrect trunk maxID parameter"),
@@ -51,7 +49,6 @@ def test_default_gateway_implies_gateway_and_unknown_keys_are_ignored():
         ({"vlanTrunk": [{"minID": 9}]}, "minID and maxID should be configured simultaneously, maxID is missing"),
         ({"vlanTrunk": [{"maxID": 9}]}, "minID and maxID should be configured simultaneously, minID is missing"),
         ({"runtimeConfig": {"mac": "zz:11:22:33:44:55"}}, 'invalid MAC address "zz:11:22:33:44:55"'),
-        ({"vlan": 10, "isGateway": True}, "isGateway together with vlan is not supported"),
     ],
 )
 def test_errors(keys, message):
@@ -107,3 +104,34 @@ def test_shipped_conflist_parses():
     entry = data["plugins"][0]
     cfg = load(dict(entry, name=data["name"], cniVersion=data["cniVersion"]))
     assert cfg.ipam_type == "host-local"
+
+
+@pytest.mark.parametrize(
+    "keys,message",
+    [
+        ({"hairpinMode": True, "promiscMode": True}, "cannot set hairpin mode and promiscuous mode at the same time"),
+        ({"ipMasq": True, "ipam": {"type": "host-local"}, "ipMasqBackend": "pf"}, 'unknown ipmasq backend "pf"'),
+        ({"bridge": "longbridge01", "vlan": 1000, "isGateway": True}, "invalid vlan gateway name"),
+    ],
+)
+def test_refused_at_add_only(keys, message):
+    """The reference refuses these in cmdAdd only: every other command loads them."""
+    cfg = load(conf(**keys))
+    with pytest.raises(CniError) as info:
+        add_refusals(cfg)
+    assert message in info.value.msg
+
+
+@pytest.mark.parametrize("backend", ["iptables", "nftables", ""])
+def test_ip_masq_backend_both_values(backend):
+    cfg = load(conf(ipMasq=True, ipMasqBackend=backend, ipam={"type": "host-local"}))
+    add_refusals(cfg)
+    assert cfg.ip_masq_backend == backend
+
+
+def test_vlan_with_is_gateway_names_the_gateway_device():
+    cfg = load(conf(bridge="br0", vlan=100, isGateway=True))
+    add_refusals(cfg)
+    assert cfg.vlan_gateway == "br0.100"
+    assert load(conf(bridge="br0", vlan=100)).vlan_gateway == ""
+    assert load(conf(bridge="br0", isGateway=True)).vlan_gateway == ""

@@ -30,7 +30,7 @@ def test_version():
 def test_config_error_is_json_in_every_version(cni_version):
     code, out = dispatch(PLUGIN, "ADD", conf(cni_version, hairpinMode=True, promiscMode=True))
     assert code == 1
-    assert out == {"code": 999, "msg": "cannot set hairpin mode and promiscuous mode at the same time."}
+    assert out == {"code": 999, "msg": "cannot set hairpin mode and promiscuous mode at the same time"}
 
 
 def test_add_with_missing_netns_fails_before_touching_anything(cni_version):
@@ -121,3 +121,22 @@ def test_hot_path_imports(command, extra_env):
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("keys", [
+    {"hairpinMode": True, "promiscMode": True},
+    {"ipMasq": True, "ipMasqBackend": "pf"},
+    {"vlan": 10, "isGateway": True},
+    {"ipMasqBackend": "iptables"},
+])
+def test_configs_the_reference_accepts_never_fail_del_status_gc(keys):
+    assert dispatch(PLUGIN, "DEL", conf("1.1.0", **keys), CNI_NETNS="") == (0, None)
+    assert dispatch(PLUGIN, "STATUS", conf("1.1.0", **keys)) == (0, None)
+    assert dispatch(PLUGIN, "GC", conf("1.1.0", **keys, **{"cni.dev/valid-attachments": []})) == (0, None)
+
+
+def test_del_of_an_undecodable_config_removes_by_tag(capfd):
+    code, out = dispatch(PLUGIN, "DEL", conf("1.0.0", mtu="1500"), CNI_NETNS="")
+    assert (code, out) == (0, None)
+    assert "removing every rule kind by tag" in capfd.readouterr().err
+    assert dispatch(PLUGIN, "ADD", conf("1.0.0", mtu="1500"))[0] == 1

@@ -136,3 +136,11 @@ def test_error_messages(conf, cni_args, message):
         load(conf, cni_args)
     assert info.value.msg == message
     assert info.value.code == 999
+
+
+def test_route_without_dst_fails_add_only():
+    conf = net({"type": "host-local", "subnet": "10.0.0.0/24", "routes": [{"gw": "10.0.0.1"}, {"dst": "0.0.0.0/0"}]})
+    with pytest.raises(CniError) as info:
+        load(conf)
+    assert 'route is missing "dst"' in info.value.msg
+    assert [r.dst for r in load(conf, strict=False).routes] == ["0.0.0.0/0"]  # DEL, CHECK, GC, STATUS

@@ -92,11 +92,6 @@ def test_mapping_errors(entry, msg):
         ({"markMasqBit": -1}, "MasqMarkBit must be between 0 and 31"),
         ({"markMasqBit": 13, "externalSetMarkChain": "KUBE-MARK-MASQ"}, "Cannot specify externalSetMarkChain and markMasqBit"),
         ({"backend": "xtables"}, 'unrecognized backend "xtables"'),
-        ({"backend": "iptables"}, 'backend "iptables" is not supported'),
-        ({"conditionsV4": ["-s", "10.0.0.0/8"]}, "iptables-specific options [conditionsV4]"),
-        ({"conditionsV6": ["!", "-d", "fd00::/8"]}, "iptables-specific options [conditionsV6]"),
-        ({"conditionsV4": ["ip saddr 10.0.0.0/8", "-p tcp"]}, "iptables-specific options [conditionsV4]"),
-        ({"conditionsV4": ["ip saddr 10.0.0.1; add rule inet x y drop"]}, "conditionsV4 is not a single nftables match"),
         (
             {"conditionsV4": "ip saddr 10.0.0.1"},
             "cannot unmarshal string into Go struct field PortMapConf.conditionsV4 of type []string",
@@ -108,10 +103,43 @@ def test_config_errors(extra, msg):
     code, out = dispatch(PLUGIN, "ADD", conf(prevResult=PREV, **extra))
     assert code == 1 and msg in out["msg"], out
     assert out["code"] == 999
-    # DEL validates the config too, before touching anything
-    code, out = dispatch(PLUGIN, "DEL", conf(**extra))
-    assert code == 1 and msg in out["msg"]
-    assert out["code"] == 999
+    # DEL removes by container ID and needs no key: it cleans up anyway and says what it skipped
+    assert dispatch(PLUGIN, "DEL", conf(**extra)) == (0, None)
+
+
+@pytest.mark.parametrize(
+    "extra,msg",
+    [
+        ({"conditionsV4": ["ip saddr 10.0.0.0/8", "-p tcp"]}, "conditionsV4 is not a single nftables match"),
+        ({"conditionsV4": ["ip saddr 10.0.0.1; add rule inet x y drop"]}, "conditionsV4 is not a single nftables match"),
+        ({"conditionsV4": ["meta", "mark", "0x1"]}, "conditionsV4 is not a single nftables match"),
+        ({"conditionsV4": ["-m", "mark", "--mark", "1"]}, "unsupported match module 'mark'"),
+        ({"conditionsV6": ["-j", "DROP"]}, "unsupported token '-j'"),
+        ({"backend": "nftables", "conditionsV4": ["-s", "10.0.0.0/8"]},
+         "nftables backend was requested but configuration contains iptables-specific options [conditionsV4]"),
+        ({"backend": "iptables", "conditionsV4": ["ip saddr 10.0.0.0/8"]},
+         "iptables backend was requested but configuration contains nftables-specific options [conditionsV4]"),
+        ({"runtimeConfig": {"portMappings": [{"hostPort": 80, "containerPort": 80, "protocol": "icmp"}]}},
+         "unsupported protocol 'icmp'"),
+        ({"runtimeConfig": {"portMappings": [{"hostPort": 80, "containerPort": 80, "hostIP": "x"}]}},
+         "invalid hostIP 'x'"),
+    ],
+)
+def test_refused_at_add_only(extra, msg, capfd):
+    code, out = dispatch(PLUGIN, "ADD", conf(prevResult=PREV, **extra))
+    assert code == 1 and msg in out["msg"], out
+    # every other command carries on and says on stderr what it left out
+    assert dispatch(PLUGIN, "DEL", conf(**extra)) == (0, None)
+    assert "skipped what ADD would refuse" in capfd.readouterr().err
+    assert dispatch(PLUGIN, "STATUS", conf(cniVersion="1.1.0", **extra)) == (0, None)
+
+
+@pytest.mark.parametrize("backend", ["iptables", "nftables", "", None])
+def test_backend_both_values(backend):
+    cfg = load(conf(backend=backend, conditionsV4=["!", "-d", "192.0.2.0/24"]) if backend != "nftables"
+               else conf(backend=backend))
+    assert cfg.backend == (backend or "")
+    assert ('backend "iptables"' in cfg.ignored_keys) == (backend == "iptables")
 
 
 def test_mark_keys_are_accepted():

@@ -81,9 +81,6 @@ def test_delroute_host_bits_match_the_network():
         ({"addroutes": [{"dst": "10.0.0.0"}]}, "failed to load netconf: invalid CIDR address: 10.0.0.0"),
         ({"addroutes": [{"dst": "10.0.0.0/33"}]}, "invalid CIDR address: 10.0.0.0/33"),
         ({"addroutes": [{"dst": "10.0.0.0/8", "gw": "10.0.0.300"}]}, "invalid IP address: 10.0.0.300"),
-        ({"addroutes": [{"gw": "10.0.0.1"}]}, 'route is missing "dst"'),
-        ({"addroutes": [{"dst": "10.0.0.1/8", "gw": "10.0.0.2"}]}, "destination has host bits set (did you mean 10.0.0.0/8?)"),
-        ({"addroutes": [{"dst": "10.0.0.0/8", "gw": "2001:db8::1"}]}, "is not of the same IP family"),
         ({"args": {"cni": {"skipcheck": 1}}}, "cannot unmarshal number into Go struct field IPAMArgs.args.cni.skipcheck of type bool"),
     ],
 )
@@ -91,6 +88,22 @@ def test_bad_config(conf, msg):
     with pytest.raises(CniError) as info:
         load(conf)
     assert info.value.code == Code.INTERNAL and msg in info.value.msg
+
+
+@pytest.mark.parametrize(
+    "conf,msg",
+    [
+        ({"addroutes": [{"gw": "10.0.0.1"}]}, 'route is missing "dst"'),
+        ({"addroutes": [{"dst": "10.0.0.1/8", "gw": "10.0.0.2"}]}, "destination has host bits set (did you mean 10.0.0.0/8?)"),
+        ({"addroutes": [{"dst": "10.0.0.0/8", "gw": "2001:db8::1"}]}, "is not of the same IP family"),
+        ({"args": {"cni": {"delroutes": [{"gw": "10.0.0.1"}]}}}, 'route is missing "dst"'),
+    ],
+)
+def test_unusable_routes_are_skipped_not_refused(conf, msg):
+    """The original hands them to netlink, prints the kernel's refusal and carries on."""
+    cfg = load({**conf, "addroutes": conf.get("addroutes", []) + [{"dst": "192.0.2.0/24"}]})
+    assert [str(r.dst) for r in cfg.addroutes] == ["192.0.2.0/24"]
+    assert len(cfg.skipped) == 1 and msg in cfg.skipped[0]
 
 
 # -- planner ------------------------------------------------------------------------------------
