@@ -26,7 +26,7 @@ import pytest
 from cnichain.cli.agent.control import fetch_metrics
 from cnichain.cli.bundle import image, layout
 
-from .containerd import Containerd, start_with_cri
+from .containerd import Containerd, Release, start_with_cri
 from .cri_client import CriClient
 from .node import REFERENCE_DIR, Node
 
@@ -123,11 +123,11 @@ def install_with_image(node: Node, img: NodeImage, bin_dir: str, conf_dir: str, 
                          "--conflist", "cnichain-default", check=False, timeout=timeout)
 
 
-def start_cri(node: Node, cri_api: tuple[ModuleType, ModuleType], archive: str, busybox: str, bin_dir: str,
+def start_cri(release: Release, node: Node, cri_api: tuple[ModuleType, ModuleType], archive: str, busybox: str, bin_dir: str,
               conf_dir: str) -> tuple[Containerd, CriClient]:
-    """containerd on the node with this bin and conf dir (plus the reference loopback), image imported."""
+    """``release`` on the node with this bin and conf dir (plus the reference loopback), image imported."""
     node.node_run("cp", os.path.join(REFERENCE_DIR, "loopback"), os.path.join(bin_dir, "loopback"))
-    return start_with_cri(node, cri_api, archive, busybox, bin_dir, conf_dir)
+    return start_with_cri(release, node, cri_api, archive, busybox, bin_dir, conf_dir)
 
 
 class AgentPod:

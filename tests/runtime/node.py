@@ -84,6 +84,25 @@ class Node:
         with open(self.conflist_path, "w") as fh:
             json.dump(conflist, fh, indent=2)
 
+    def set_cni_version(self, conf_dir: str, version: str) -> None:
+        """Set the ``cniVersion`` of the node's conflist in ``conf_dir`` (as the node sees that path).
+
+        The runtime matrix runs the shipped conflist at the highest version each runtime parses.
+        Written to a temporary name in the same directory and renamed, so a running containerd's
+        watcher sees it (it ignores Create events).
+        """
+        assert self.holder is not None
+        path = f"/proc/{self.holder.pid}/root" + os.path.join(conf_dir, CONFLIST + ".conflist")
+        with open(path) as fh:
+            conflist = json.load(fh)
+        if conflist.get("cniVersion") == version:
+            return
+        conflist["cniVersion"] = version
+        tmp = os.path.join(os.path.dirname(path), f".{CONFLIST}.tmp")
+        with open(tmp, "w") as fh:
+            json.dump(conflist, fh, indent=2)
+        os.replace(tmp, path)
+
     # -- running things ---------------------------------------------------------------------------
     def node_run(self, *argv: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
         """Run in the node: its network namespace and its private mounts."""

@@ -36,6 +36,7 @@ from cnichain.cli.bundle import layout
 from . import leftovers, ocimage, traffic
 from .bundlenode import (AGENT_SOCKET, AgentPod, NodeImage, checks_run, hide_python_and_shells, install_with_image,
                          node_dirs, start_cri)
+from .containerd import Release
 from .cri_client import PodSpec, Port
 from .node import NETWORK, NODE_IP, Node
 
@@ -88,13 +89,14 @@ def installed_node(node_image: NodeImage, node: Node) -> tuple[str, str]:
 
 
 def test_agent_pod_serves_the_hosts_executables_and_they_run_cold_without_it(
-        node_image: NodeImage, cri_api: tuple[ModuleType, ModuleType], image_archive: tuple[str, str]) -> None:
+        containerd_release: Release, node_image: NodeImage, cri_api: tuple[ModuleType, ModuleType],
+        image_archive: tuple[str, str]) -> None:
     archive, busybox = image_archive
     node = Node(agent_socket="")
     cri = containerd = agent = None
     try:
         bin_dir, conf_dir = installed_node(node_image, node)
-        containerd, cri = start_cri(node, cri_api, archive, busybox, bin_dir, conf_dir)
+        containerd, cri = start_cri(containerd_release, node, cri_api, archive, busybox, bin_dir, conf_dir)
         agent = AgentPod(node, node_image)
         agent.start()
         assert request_counts(agent.metrics()) == {}
@@ -127,7 +129,8 @@ LOOP_SECONDS = 360.0
 
 
 def test_upgrade_to_a_rebuilt_tree_while_pods_come_and_go(
-        node_image: NodeImage, cri_api: tuple[ModuleType, ModuleType], image_archive: tuple[str, str],
+        containerd_release: Release, node_image: NodeImage, cri_api: tuple[ModuleType, ModuleType],
+        image_archive: tuple[str, str],
         tmp_path_factory: pytest.TempPathFactory) -> None:
     from cnichain.cli.bundle.build import build
 
@@ -164,7 +167,7 @@ def test_upgrade_to_a_rebuilt_tree_while_pods_come_and_go(
         second = build(out2, layout.DEFAULT_PREFIX, stamp="e2e-upgrade")
         assert second.tree_id != node_image.report.tree_id
         bin_dir, conf_dir = installed_node(node_image, node)
-        containerd, cri = start_cri(node, cri_api, archive, busybox, bin_dir, conf_dir)
+        containerd, cri = start_cri(containerd_release, node, cri_api, archive, busybox, bin_dir, conf_dir)
         worker = threading.Thread(target=loop, name="pod-loop", daemon=True)
         worker.start()
         assert first_done.wait(120), "the first pod cycle did not finish"
