@@ -53,3 +53,18 @@ def list_ruleset(command: str) -> Optional[list[dict]]:
         return []
     data = json.loads(out) if isinstance(out, str) else out
     return list(data.get("nftables", []))
+
+
+def unusable_reason(table: str) -> Optional[str]:
+    """Why libnftables cannot work with the kernel here (None: it can), probed by listing ``table``
+    (``family name``): an absent table is fine, any other failure (no binding, no nf_tables in the
+    kernel, no permission) is the reason."""
+    try:
+        nft = handle()
+    except CniError as exc:
+        return exc.msg
+    rc, _out, err = nft.cmd(f"list table {table}")
+    if rc == 0:
+        return None
+    text = str(err).strip()
+    return None if "No such file or directory" in text or "does not exist" in text else (text or f"rc {rc}")

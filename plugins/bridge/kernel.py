@@ -509,3 +509,17 @@ def _apply_delete(listing_cmd: str, family: str, table: str, chain: str, handles
         left = [h for h in handles if h in present]
         if left:
             nft.apply(rules.delete_rules(family, table, chain, left), what)
+
+
+def nft_unusable(*, masq: bool, spoof: bool) -> Optional[str]:
+    """Why the nftables tables this config needs cannot be worked with (None: they can)."""
+    from cnichain.common.nft import unusable_reason
+
+    from .rules import MASQ_TABLE, SPOOF_TABLE
+
+    tables = ([f"inet {MASQ_TABLE}"] if masq else []) + ([f"bridge {SPOOF_TABLE}"] if spoof else [])
+    for table in tables:
+        reason = unusable_reason(table)
+        if reason is not None:
+            return reason
+    return None

@@ -282,6 +282,15 @@ class DiskStore:
                 _unlink_quiet(self._path(name))
 
 
+def store_unwritable(data_dir: str, network: str) -> Optional[str]:
+    """Why ADD could not reserve in ``<data_dir>/<network>`` (None: it can); creates nothing that
+    stays (the probe file has the temporary prefix the next lock holder sweeps anyway)."""
+    from cnichain.common.health import unwritable_reason
+
+    directory = os.path.join(data_dir, network) if _NAME_RE.match(network) else data_dir
+    return unwritable_reason(directory, f"{TEMP_PREFIX}status-{os.getpid()}")
+
+
 class _Locked:
     """The context of :meth:`DiskStore.locked`.
 
