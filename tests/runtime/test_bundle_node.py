@@ -38,7 +38,7 @@ def test_pod_through_the_image_installed_tree_on_a_node_without_python(
     try:
         hide_python_and_shells(node)
         bin_dir, conf_dir = node_dirs(node)
-        installed = install_with_image(node, node_image, bin_dir, conf_dir)
+        installed = install_with_image(node, node_image, bin_dir, conf_dir, containerd_release.cni_version)
         assert installed.returncode == 0, installed.stdout + installed.stderr
         assert installed.stdout.count("verified ") == 6
         assert node.node_run("readlink", layout.current_link(layout.DEFAULT_PREFIX)).stdout.strip() == \

@@ -22,7 +22,6 @@ import random
 import re
 import subprocess
 import tempfile
-import threading
 import time
 from contextlib import ExitStack
 from types import ModuleType
@@ -37,54 +36,15 @@ from . import leftovers
 from .conftest import CriNode
 from .containerd import LOG_NAME, Release, log_tail, start_with_cri
 from .cri_client import CriClient, PodSpec
+from .statuspoll import Poller
 from .node import CONFLIST, Node, cnichain_cli
 
 pytestmark = [pytest.mark.runtime, pytest.mark.integration]
 
 SUBNET = "10.22.0.0/29"  # gateway .1, pod addresses .2-.6 (route-override routes via .1)
 POD_ADDRESSES = 5
-POLL_INTERVAL = 0.05
-MAX_POLLS = 5000
 _STATUS_SAMPLE = re.compile(r'^cnichain_agent_requests_total\{plugin="([^"]+)",command="STATUS",outcome="ok"\} (\d+)$',
                             re.M)
-
-
-class Poller:
-    """Calls CRI Status in a thread until stopped; remembers every poll that was not ready."""
-
-    def __init__(self, cri: CriClient):
-        self.cri = cri
-        self.polls = 0
-        self.not_ready: list[tuple[float, object]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cri-status-poller", daemon=True)
-        self.started = time.monotonic()
-
-    def __enter__(self) -> "Poller":
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.is_set() and self.polls < MAX_POLLS:
-            try:
-                ready, reason, message = self.cri.status(timeout=60)
-                if not ready:
-                    self.not_ready.append((time.monotonic() - self.started, (reason, message)))
-            except grpc.RpcError as exc:
-                self.not_ready.append((time.monotonic() - self.started, f"Status RPC failed: {exc}"))
-            self.polls += 1
-            self._stop.wait(POLL_INTERVAL)
-
-    def wait_polls(self, count: int, timeout: float = 60.0) -> None:
-        """Wait (bounded) until ``count`` more polls have completed."""
-        target, deadline = self.polls + count, time.monotonic() + timeout
-        while self.polls < target and time.monotonic() < deadline and self._thread.is_alive():
-            time.sleep(0.02)
-        assert self.polls >= target, f"only {self.polls} Status polls, wanted {target}"
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(120)
 
 
 def status_requests(agent: RunningAgent) -> dict[str, int]:
@@ -177,6 +137,15 @@ def _loaded_chain(cri: CriClient) -> Optional[dict]:
     return None
 
 
+def probe(cri_node: CriNode, conflist: str, ok: bool = True) -> str:
+    """``cnichain node probe`` against this runtime only (no agent): its output (stderr when failing)."""
+    proc = subprocess.run([*cnichain_cli(), "node", "probe", "--socket", "", "--runtime-endpoint",
+                           cri_node.containerd.socket, "--conflist", conflist], capture_output=True, text=True,
+                          timeout=60)
+    assert (proc.returncode == 0) == ok, proc.stdout + proc.stderr
+    return proc.stdout if ok else proc.stderr
+
+
 def test_conflist_rewritten_by_the_installer_is_loaded_by_the_running_runtime(
         cri_node: CriNode, tmp_path) -> None:
     node, cri = cri_node.node, cri_node.cri
@@ -186,6 +155,7 @@ def test_conflist_rewritten_by_the_installer_is_loaded_by_the_running_runtime(
     conflist["plugins"] = [p for p in conflist["plugins"] if p["type"] != "tuning"]  # a visibly different chain
     source = tmp_path / f"{CONFLIST}.conflist"
     source.write_text(json.dumps(conflist, indent=2))
+    assert "not the current bytes of" in probe(cri_node, str(source), ok=False)  # not loaded (yet)
     # --force: the matrix rewrote the installed copy's cniVersion, so it no longer matches the manifest
     proc = subprocess.run([*cnichain_cli(), "install", "--bin-dir", node.bin_dir, "--conf-dir", node.conf_dir,
                            "--conflist", str(source), "--force"], capture_output=True, text=True, timeout=120,
@@ -200,6 +170,7 @@ def test_conflist_rewritten_by_the_installer_is_loaded_by_the_running_runtime(
         time.sleep(0.1)
     assert loaded == conflist, loaded
     assert cri.status()[0]
+    assert "NetworkReady, network cnichain (" in probe(cri_node, node.conflist_path)
     assert [n for n in os.listdir(node.conf_dir) if not n.endswith(".conflist")] == []  # no temp file left
     pod = cri.run_pod(PodSpec(name="reloaded"))
     assert not leftovers.files_in(node.node_run, leftovers.TUNING_DIR)  # tuning is out of the chain now
