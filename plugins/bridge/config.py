@@ -257,3 +257,12 @@ def load(conf: dict, cni_args: str = "", *, with_mac: bool = True) -> BridgeConf
         mac=_mac_from_request(d, cni_args) if with_mac else "",
         **values,
     )
+
+
+def status_needs(conf: Any) -> tuple[str, bool, bool]:
+    """STATUS's only inputs: ``(ipam.type, ipMasq, macspoofchk)``, read leniently (a missing or
+    mistyped key is "" / off) unlike :func:`load`: STATUS is a node-health call (containerd 2.1+
+    turns the node NotReady on its failure), so keys it does not need must never fail it."""
+    from cnichain.common.health import conf_str, conf_true
+
+    return conf_str(conf, "ipam", "type"), conf_true(conf, "ipMasq"), conf_true(conf, "macspoofchk")

@@ -143,12 +143,13 @@ def cmd_status(req: Request) -> None:
     or unusable nftables (when the config needs it) fail with code 50; otherwise the IPAM plugin's
     own STATUS answers, as the spec asks.  No other key of the config can fail STATUS.
     """
-    from cnichain.common.health import conf_str, conf_true, not_available, require_delegate
+    from cnichain.common.health import not_available, require_delegate
 
-    ipam_type = conf_str(req.conf, "ipam", "type")
+    from .config import status_needs
+
+    ipam_type, masq, spoof = status_needs(req.conf)
     if ipam_type:
         require_delegate("bridge", ipam_type, req.path)
-    masq, spoof = conf_true(req.conf, "ipMasq"), conf_true(req.conf, "macspoofchk")
     if masq or spoof:
         from . import kernel
 

@@ -15,7 +15,7 @@ from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import DNS, IPConfig, Result
 
 from .plan import allocate, os_error_text
-from .config import DEFAULT_DATA_DIR, IpamConfig, load
+from .config import IpamConfig, load
 from .dns import parse_resolv_conf
 from .kernel import DiskStore
 
@@ -101,11 +101,12 @@ def cmd_gc(req: Request) -> None:
 
 def cmd_status(req: Request) -> None:
     """Only ``name`` and ``ipam.dataDir`` are read (leniently): no other key can fail STATUS."""
-    from cnichain.common.health import conf_str, not_available
+    from cnichain.common.health import not_available
 
+    from .config import status_data_dir
     from .kernel import store_unwritable
 
-    reason = store_unwritable(conf_str(req.conf, "ipam", "dataDir") or DEFAULT_DATA_DIR, req.network_name)
+    reason = store_unwritable(status_data_dir(req.conf), req.network_name)
     if reason is not None:
         raise not_available("host-local", f"cannot store IP reservations: {reason}",
                             "make the directory writable by root, or point ipam.dataDir at a writable one")
