@@ -74,6 +74,8 @@ def unwritable_reason(path: str, probe_name: str) -> Optional[str]:
     os.close(fd)
     try:
         os.unlink(probe)
+    except FileNotFoundError:
+        pass  # an ADD holding the store's lock swept it (temporary prefix): removal works
     except OSError as exc:
         return f"{path} does not let files be removed ({exc.strerror})"
     return None

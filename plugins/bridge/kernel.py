@@ -512,14 +512,12 @@ def _apply_delete(listing_cmd: str, family: str, table: str, chain: str, handles
 
 
 def nft_unusable(*, masq: bool, spoof: bool) -> Optional[str]:
-    """Why the nftables tables this config needs cannot be worked with (None: they can)."""
+    """Why the nftables families this config needs cannot be worked with (None: they can):
+    ``inet`` for the masquerade table, ``bridge`` for the MAC spoof check."""
     from cnichain.common.nft import unusable_reason
 
-    from .rules import MASQ_TABLE, SPOOF_TABLE
-
-    tables = ([f"inet {MASQ_TABLE}"] if masq else []) + ([f"bridge {SPOOF_TABLE}"] if spoof else [])
-    for table in tables:
-        reason = unusable_reason(table)
+    for family in (["inet"] if masq else []) + (["bridge"] if spoof else []):
+        reason = unusable_reason(family)
         if reason is not None:
             return reason
     return None

@@ -247,7 +247,7 @@ def flush_udp_conntrack(family: int, ports: list[int]) -> int:
 
 
 def nft_unusable() -> Optional[str]:
-    """Why portmap's table cannot be worked with (None: it can, present or not)."""
+    """Why portmap's nftables family cannot be worked with (None: it can)."""
     from cnichain.common.nft import unusable_reason
 
-    return unusable_reason(names.T)
+    return unusable_reason(names.FAMILY)

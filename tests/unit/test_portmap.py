@@ -406,15 +406,14 @@ class _FakeNft:
         return self.rc, "", self.err
 
 
-@pytest.mark.parametrize("rc,err", [(0, ""), (1, "Error: No such file or directory; did you mean table ...")])
-def test_status_ok_when_nftables_answers(monkeypatch, rc, err):
+def test_status_ok_when_nftables_answers(monkeypatch):
     from cnichain.common import nft
 
-    fake = _FakeNft(rc, err)
+    fake = _FakeNft(0, "")
     monkeypatch.setattr(nft, "handle", lambda: fake)
     # keys ADD would refuse are not read by STATUS
     assert dispatch(PLUGIN, "STATUS", conf(cniVersion="1.1.0", backend="iptables", markMasqBit=99)) == (0, None)
-    assert fake.calls == [f"list table {names.T}"]
+    assert fake.calls == [f"list tables {names.FAMILY}"]  # names only: cheap with any number of pods
 
 
 def test_status_fails_when_nftables_is_unusable(monkeypatch):
