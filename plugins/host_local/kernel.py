@@ -197,8 +197,10 @@ class DiskStore:
         except OSError as exc:
             errors.append(KernelError.of(exc, f"remove {path}").msg)
 
-    def has_free(self, rangeset: RangeSet) -> bool:
-        """Whether at least one address of the set is neither reserved nor a gateway."""
+    def usage(self, rangeset: RangeSet) -> tuple[int, int]:
+        """``(capacity, reserved)`` of the set: addresses ADD may hand out, and how many are held
+        (stale empty files count as free, the gateway as neither).  Read-only; no lock needed
+        for a report (``cnichain inspect``)."""
         capacity = 0
         for r in rangeset.ranges:
             capacity += int(r.end) - int(r.start) + 1
@@ -209,7 +211,7 @@ class DiskStore:
             owning = rangeset.range_for(e.ip)
             if owning is not None and e.ip != owning.gateway and e.owner is not None:
                 used += 1
-        return used < capacity
+        return capacity, used
 
     # -- file helpers --------------------------------------------------------------------------
     def entries(self) -> list[Entry]:

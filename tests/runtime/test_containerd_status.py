@@ -99,6 +99,9 @@ def test_network_ready_through_churn_full_range_and_agent_restarts(
                 with pytest.raises(grpc.RpcError) as info:
                     cri.run_pod(PodSpec(name="one-too-many"))
                 assert "no IP addresses available in range set" in str(info.value.details()), info.value
+                view = json.loads(node.node_run(*cnichain_cli(), "inspect", "--json", "--cache-dir",
+                                                os.path.dirname(leftovers.LIBCNI_CACHE_DIR)).stdout)
+                assert [(p["range_set"], p["free"]) for p in view["pools"]] == [("10.22.0.1-10.22.0.6", 0)], view
                 poller.wait_polls(10)
                 if containerd_release.runs_status:
                     served = status_requests(agent)
