@@ -430,25 +430,71 @@ def node_uninstall(
 
 @node_app.command("probe")
 def node_probe(
-    socket_path: str = typer.Option("/run/cnichain/agent.sock", "--socket", help="The agent's socket"),
+    socket_path: str = typer.Option("/run/cnichain/agent.sock", "--socket", help='The agent\'s socket ("" skips the agent)'),
+    runtime_endpoint: str = typer.Option(
+        "", "--runtime-endpoint", help="Also ask the container runtime's CRI socket (e.g. /run/containerd/containerd.sock) "
+        "which network config it loaded and whether NetworkReady is true"),
+    conflist: str = typer.Option("", "--conflist", help="With --runtime-endpoint: the loaded config must be this file's bytes"),
+    timeout: float = typer.Option(5.0, "--timeout", min=0.1, max=60.0, help="Seconds for the CRI call"),
 ) -> None:
     """Readiness: exit 0 when the agent answers /metrics on ``<socket>.metrics`` (else: accepts on the socket).
 
     The metrics endpoint is asked first because a bare connect to the CNI socket is an incomplete
     request to the agent; it is served by the same event loop, so it answers only when requests would.
+    With ``--runtime-endpoint`` the runtime must also report NetworkReady and have loaded a pod
+    network (``--conflist``: exactly that file), i.e. the runtime runs our chain.
     """
     from cnichain.cli.agent.control import fetch_metrics
     from cnichain.cli.agent.sockets import answers
 
-    metrics = socket_path + ".metrics"
-    if os.path.exists(metrics):
+    notes = []
+    if socket_path:
+        metrics = socket_path + ".metrics"
+        if os.path.exists(metrics):
+            try:
+                fetch_metrics(metrics, timeout=2.0)
+            except (OSError, RuntimeError) as exc:
+                _fail(f"agent metrics on {metrics}: {exc}")
+        elif not answers(socket_path):
+            _fail(f"no agent on {socket_path}")
+        notes.append(f"agent {socket_path}")
+    if runtime_endpoint:
+        notes.append(_probe_runtime(runtime_endpoint, conflist, timeout))
+    typer.echo(f"ready: {'; '.join(notes) or 'nothing asked'}")
+
+
+def _probe_runtime(endpoint: str, conflist: str, timeout: float) -> str:
+    """One line about the runtime's network state, or exit 1 saying what is wrong."""
+    from cnichain.cli.node import cri
+
+    path = endpoint[len("unix://"):] if endpoint.startswith("unix://") else endpoint
+    try:
+        status = cri.runtime_status(path, verbose=True, timeout=timeout)
+    except cri.CriError as exc:
+        _fail(str(exc))
+    ready = status.network_ready()
+    if not ready.status:
+        _fail(f"runtime {path}: NetworkReady=false ({ready.reason}): {ready.message}")
+    found = status.pod_network()
+    if found is None:
+        _fail(f"runtime {path}: NetworkReady, but no pod network config is reported as loaded")
+    net: dict = found or {}
+    source = str(net.get("Source", ""))
+    try:
+        plugins = [str(p.get("Network", {}).get("type", "?")) for p in net.get("Plugins") or []]
+    except AttributeError:
+        plugins = []
+    line = f"runtime {path}: NetworkReady, network {net.get('Name', '?')} ({net.get('CNIVersion', '?')}: {', '.join(plugins)})"
+    if conflist:
         try:
-            fetch_metrics(metrics, timeout=2.0)
-        except (OSError, RuntimeError) as exc:
-            _fail(f"agent metrics on {metrics}: {exc}")
-    elif not answers(socket_path):
-        _fail(f"no agent on {socket_path}")
-    typer.echo(f"ready: {socket_path}")
+            with open(conflist, "rb") as fh:
+                wanted = fh.read()
+        except OSError as exc:
+            _fail(f"{conflist}: {exc.strerror}")
+        if source.encode() != wanted:
+            _fail(f"runtime {path} runs network {net.get('Name', '?')}, not the current bytes of {conflist}")
+        line += f" = {conflist}"
+    return line
 
 
 def main() -> None:

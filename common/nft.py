@@ -79,3 +79,15 @@ def list_ruleset(command: str) -> Optional[list[dict]]:
         return []
     data = json.loads(out) if isinstance(out, str) else out
     return list(data.get("nftables", []))
+
+
+def unusable_reason(family: str) -> Optional[str]:
+    """Why libnftables cannot work with the kernel here (None: it can), probed by listing the
+    table names of ``family`` (names only: cheap however many rules and elements there are).
+    Any failure (no binding, no nf_tables in the kernel, no permission) is the reason."""
+    try:
+        nft = handle()
+    except CniError as exc:
+        return exc.msg
+    rc, _out, err = nft.cmd(f"list tables {family}")
+    return None if rc == 0 else (str(err).strip() or f"rc {rc}")

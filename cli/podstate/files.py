@@ -99,3 +99,40 @@ def read_tuning_backups(data_dir: str) -> list[TuningBackup]:
         saved: Any = backup.load(path)
         out.append(TuningBackup(cid, ifname, path, saved if isinstance(saved, dict) else {}))
     return out
+
+
+@dataclass
+class Pool:
+    """One host-local range set of a network, as far as its store shows: the exhaustion report
+    STATUS deliberately does not give (a full range fails the next ADD, not the node)."""
+
+    network: str
+    data_dir: str
+    range_set: str
+    capacity: int
+    reserved: int
+
+    @property
+    def free(self) -> int:
+        return max(self.capacity - self.reserved, 0)
+
+    def to_dict(self) -> dict:
+        return {"network": self.network, "data_dir": self.data_dir, "range_set": self.range_set,
+                "capacity": self.capacity, "reserved": self.reserved, "free": self.free}
+
+
+def read_pools(network: str, cni_version: str, ipam: dict) -> list[Pool]:
+    """Capacity and reservations of each range set of a host-local ``ipam`` config (from a cached
+    conflist); [] when the config does not parse (an ADD with it would have failed anyway)."""
+    from cnichain.common.errors import CniError
+    from cnichain.plugins.host_local.config import load
+    from cnichain.plugins.host_local.kernel import DiskStore
+
+    try:
+        cfg = load({"cniVersion": cni_version, "name": network, "ipam": ipam})
+        if not safe_dir(cfg.data_dir):
+            return []
+        store = DiskStore(cfg.data_dir, cfg.name)
+        return [Pool(network, cfg.data_dir, str(rs), *store.usage(rs)) for rs in cfg.ranges]
+    except (CniError, OSError, ValueError):
+        return []

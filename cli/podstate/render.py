@@ -53,6 +53,10 @@ def render_text(view: NodeView) -> str:
         lines += _container(cv)
     for u in view.unattributed:
         lines.append(f"unattributed {u.get('kind')}: {json.dumps(u, sort_keys=True)}")
+    for pool in view.pools:
+        full = "  EXHAUSTED: the next ADD fails" if pool.free == 0 else ""
+        lines.append(f"pool {pool.network}  {pool.range_set}  {pool.free} of {pool.capacity} free  "
+                     f"dir={pool.data_dir}{full}")
     for p in view.problems:
         lines.append(f"could not read {p}")
     orphans = sum(1 for c in view.containers if c.orphan)

@@ -10,6 +10,7 @@ not guess.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
@@ -83,10 +84,12 @@ class NodeView:
     unattributed: list[dict] = field(default_factory=list)  # state whose container cannot be told
     sources: dict = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # sources that could not be read
+    pools: list[files.Pool] = field(default_factory=list)  # host-local range sets of cached networks
 
     def to_dict(self) -> dict:
         return {
             "containers": [c.to_dict() for c in self.containers],
+            "pools": [p.to_dict() for p in self.pools],
             "unattributed": self.unattributed,
             "sources": self.sources,
             "problems": self.problems,
@@ -112,6 +115,25 @@ def discovered_dirs(entries: list[cache_mod.CacheEntry]) -> tuple[list[str], lis
                 if isinstance(d, str) and files.safe_dir(d) and d not in tuning:
                     tuning.append(d)
     return ipam, tuning
+
+
+def pools_of(entries: list[cache_mod.CacheEntry], network: str = "") -> list[files.Pool]:
+    """Free addresses per host-local range set of every network a cached conflist names (once each)."""
+    seen, out = set(), []
+    for e in entries:
+        config = e.config or {}
+        plugins = config.get("plugins")
+        for p in plugins if isinstance(plugins, list) else []:
+            ipam = p.get("ipam") if isinstance(p, dict) else None
+            if not isinstance(ipam, dict) or ipam.get("type") != "host-local" or (network and e.network != network):
+                continue
+            key = (e.network, json.dumps(ipam, sort_keys=True))
+            if key in seen:
+                continue
+            seen.add(key)
+            version = config.get("cniVersion")
+            out.extend(files.read_pools(e.network, version if isinstance(version, str) else "", ipam))
+    return out
 
 
 def collect(src: Sources, network: str = "", container: str = "") -> NodeView:
@@ -155,6 +177,7 @@ def collect(src: Sources, network: str = "", container: str = "") -> NodeView:
             continue
         chosen.append(cv)
     view.containers = chosen
+    view.pools = pools_of(entries, network)
     return view
 
 

@@ -270,3 +270,12 @@ def add_refusals(cfg: BridgeConfig) -> None:
         raise plugin_error("cannot set hairpin mode and promiscuous mode at the same time")
     if cfg.vlan_gateway:
         validate_link_name(cfg.vlan_gateway, "vlan gateway")
+
+
+def status_needs(conf: Any) -> tuple[str, bool, bool]:
+    """STATUS's only inputs: ``(ipam.type, ipMasq, macspoofchk)``, read leniently (a missing or
+    mistyped key is "" / off) unlike :func:`load`: STATUS is a node-health call (containerd 2.1+
+    turns the node NotReady on its failure), so keys it does not need must never fail it."""
+    from cnichain.common.health import conf_str, conf_true
+
+    return conf_str(conf, "ipam", "type"), conf_true(conf, "ipMasq"), conf_true(conf, "macspoofchk")

@@ -609,3 +609,15 @@ def _apply_delete(listing_cmd: str, family: str, table: str, chain: str, handles
         left = [h for h in handles if h in present]
         if left:
             nft.apply(rules.delete_rules(family, table, chain, left), what)
+
+
+def nft_unusable(*, masq: bool, spoof: bool) -> Optional[str]:
+    """Why the nftables families this config needs cannot be worked with (None: they can):
+    ``inet`` for the masquerade table, ``bridge`` for the MAC spoof check."""
+    from cnichain.common.nft import unusable_reason
+
+    for family in (["inet"] if masq else []) + (["bridge"] if spoof else []):
+        reason = unusable_reason(family)
+        if reason is not None:
+            return reason
+    return None

@@ -161,8 +161,28 @@ def cmd_check(req: Request) -> None:
 
 
 def cmd_status(req: Request) -> None:
-    cfg = _config(req, with_mac=False)
-    if cfg.is_layer3:
+    """Node health only (containerd 2.1+ asks every ~5 s; a failure evicts the node's pods).
+
+    Reads just ``ipam.type``, ``ipMasq`` and ``macspoofchk``, leniently: a missing IPAM plugin
+    or unusable nftables (when the config needs it) fail with code 50; otherwise the IPAM plugin's
+    own STATUS answers, as the spec asks.  No other key of the config can fail STATUS.
+    """
+    from cnichain.common.health import not_available, require_delegate
+
+    from .config import status_needs
+
+    ipam_type, masq, spoof = status_needs(req.conf)
+    if ipam_type:
+        require_delegate("bridge", ipam_type, req.path)
+    if masq or spoof:
+        from . import kernel
+
+        reason = kernel.nft_unusable(masq=masq, spoof=spoof)
+        if reason is not None:
+            wanted = " and ".join(k for k, on in (("ipMasq", masq), ("macspoofchk", spoof)) if on)
+            raise not_available("bridge", f"nftables is unusable for {wanted}: {reason}",
+                                "load the nf_tables kernel modules and install libnftables with its Python binding")
+    if ipam_type:
         delegate_ipam(req, "STATUS")
     return None
 

@@ -465,3 +465,14 @@ def _at_least_030(version: str) -> bool:
         return parse_version(version) >= (0, 3, 0)
     except CniError:  # an unparsable version is "not >= 0.3.0", as in libcni
         return False
+
+
+def status_data_dir(conf: Any) -> str:
+    """STATUS's only input: ``ipam.dataDir`` (default when absent or not a string).
+
+    Read leniently, unlike :func:`load`: STATUS is a node-health call (containerd 2.1+ turns the
+    node NotReady on its failure), so a key it does not need, or a bad type, must not fail it.
+    """
+    from cnichain.common.health import conf_str
+
+    return conf_str(conf, "ipam", "dataDir") or DEFAULT_DATA_DIR

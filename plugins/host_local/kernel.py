@@ -197,8 +197,10 @@ class DiskStore:
         except OSError as exc:
             errors.append(KernelError.of(exc, f"remove {path}").msg)
 
-    def has_free(self, rangeset: RangeSet) -> bool:
-        """Whether at least one address of the set is neither reserved nor a gateway."""
+    def usage(self, rangeset: RangeSet) -> tuple[int, int]:
+        """``(capacity, reserved)`` of the set: addresses ADD may hand out, and how many are held
+        (stale empty files count as free, the gateway as neither).  Read-only; no lock needed
+        for a report (``cnichain inspect``)."""
         capacity = 0
         for r in rangeset.ranges:
             capacity += int(r.end) - int(r.start) + 1
@@ -209,7 +211,7 @@ class DiskStore:
             owning = rangeset.range_for(e.ip)
             if owning is not None and e.ip != owning.gateway and e.owner is not None:
                 used += 1
-        return used < capacity
+        return capacity, used
 
     # -- file helpers --------------------------------------------------------------------------
     def entries(self) -> list[Entry]:
@@ -280,6 +282,15 @@ class DiskStore:
         for name in names:
             if name.startswith(TEMP_PREFIX):
                 _unlink_quiet(self._path(name))
+
+
+def store_unwritable(data_dir: str, network: str) -> Optional[str]:
+    """Why ADD could not reserve in ``<data_dir>/<network>`` (None: it can); creates nothing that
+    stays (the probe file has the temporary prefix the next lock holder sweeps anyway)."""
+    from cnichain.common.health import unwritable_reason
+
+    directory = os.path.join(data_dir, network) if _NAME_RE.match(network) else data_dir
+    return unwritable_reason(directory, f"{TEMP_PREFIX}status-{os.getpid()}")
 
 
 class _Locked:

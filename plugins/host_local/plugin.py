@@ -2,12 +2,15 @@
 
 ADD/DEL/CHECK behave as containernetworking/plugins' host-local and share its on-disk state.
 GC and STATUS (CNI 1.1) are additions the reference lacks: GC reclaims reservations of attachments
-the runtime no longer knows (leaks after reboots or lost DELs), STATUS reports an exhausted pool.
+the runtime no longer knows (leaks after reboots or lost DELs); STATUS fails only when the store
+directory cannot take reservations (unwritable, not creatable), which no pod gets past.  An
+exhausted pool is *not* a STATUS failure: under containerd 2.1+ that would turn the node NotReady
+and evict every running pod; it fails the next ADD ("no IP addresses available") instead.
 """
 
 from __future__ import annotations
 
-from cnichain.common.errors import CniError, Code, plugin_error
+from cnichain.common.errors import plugin_error
 from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import DNS, IPConfig, Result
 
@@ -96,16 +99,17 @@ def cmd_gc(req: Request) -> None:
     return None
 
 
-@_os_errors
 def cmd_status(req: Request) -> None:
-    cfg = _load(req)
-    store = DiskStore(cfg.data_dir, cfg.name)
-    for idx, rangeset in enumerate(cfg.ranges):
-        if not store.has_free(rangeset):
-            raise CniError(
-                Code.NOT_AVAILABLE,
-                f"no IP addresses available in range set {idx}: {rangeset}",
-            )
+    """Only ``name`` and ``ipam.dataDir`` are read (leniently): no other key can fail STATUS."""
+    from cnichain.common.health import not_available
+
+    from .config import status_data_dir
+    from .kernel import store_unwritable
+
+    reason = store_unwritable(status_data_dir(req.conf), req.network_name)
+    if reason is not None:
+        raise not_available("host-local", f"cannot store IP reservations: {reason}",
+                            "make the directory writable by root, or point ipam.dataDir at a writable one")
     return None
 
 

@@ -263,3 +263,10 @@ def flush_udp_conntrack(family: int, ports: list[int]) -> int:
     except failures() as exc:
         log.warning(f"portmap: could not flush UDP conntrack entries for ports {sorted(wanted)}: {exc}")
     return deleted
+
+
+def nft_unusable() -> Optional[str]:
+    """Why portmap's nftables family cannot be worked with (None: it can)."""
+    from cnichain.common.nft import unusable_reason
+
+    return unusable_reason(names.FAMILY)

@@ -141,7 +141,16 @@ def cmd_gc(req: Request) -> None:
 
 
 def cmd_status(req: Request) -> None:
-    _config(req)
+    """Node health only: fails (code 50) when nftables is unusable, since every ADD with a
+    hostPort would fail.  No config key is read: none can fail STATUS."""
+    from . import kernel
+
+    reason = kernel.nft_unusable()
+    if reason is not None:
+        from cnichain.common.health import not_available
+
+        raise not_available("portmap", f"nftables is unusable: {reason}",
+                            "load the nf_tables kernel modules and install libnftables with its Python binding")
     return None
 
 

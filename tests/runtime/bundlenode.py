@@ -11,6 +11,7 @@ manifests), privileged, and the socket directory bind-mounted from the node.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -25,8 +26,9 @@ import pytest
 
 from cnichain.cli.agent.control import fetch_metrics
 from cnichain.cli.bundle import image, layout
+from cnichain.cli.install import conflists_dir
 
-from .containerd import Containerd, start_with_cri
+from .containerd import Containerd, Release, start_with_cri
 from .cri_client import CriClient
 from .node import REFERENCE_DIR, Node
 
@@ -110,24 +112,38 @@ def node_dirs(node: Node) -> tuple[str, str]:
     return NODE_BIN_DIR, NODE_CONF_DIR
 
 
-def install_with_image(node: Node, img: NodeImage, bin_dir: str, conf_dir: str, tree_out: str = "",
-                       timeout: float = 300) -> subprocess.CompletedProcess:
+CONFLIST_DIR = "/opt/cnichain-conflist"  # on the node's private /opt: a conflist at the runtime's version
+
+
+def install_with_image(node: Node, img: NodeImage, bin_dir: str, conf_dir: str, cni_version: str,
+                       tree_out: str = "", timeout: float = 300) -> subprocess.CompletedProcess:
     """``cnichain node install`` as the init container runs it (the node's root at /host).
 
+    The conflist is the shipped default at ``cni_version`` (the highest the runtime under test
+    parses), given to the installer as a file on the node, as an operator's own conflist is: the
+    installer itself writes it, so a later install (an upgrade) owns and may replace it.
     ``tree_out``: an OUT directory of another tree, bind-mounted over the image's own prefix, so
     the container runs that tree's installer (its entrypoint reaches the CLI through ``current``).
     """
+    assert node.holder is not None
+    with open(os.path.join(conflists_dir(), "cnichain-default.conflist")) as fh:
+        conflist = json.load(fh)
+    conflist["cniVersion"] = cni_version
+    on_node = f"/proc/{node.holder.pid}/root{CONFLIST_DIR}"
+    os.makedirs(on_node, exist_ok=True)
+    with open(os.path.join(on_node, "cnichain-default.conflist"), "w") as fh:
+        json.dump(conflist, fh, indent=2)
     binds = ["-v", f"{layout.under(tree_out, layout.DEFAULT_PREFIX)}:{layout.DEFAULT_PREFIX}:ro"] if tree_out else []
     return node.node_run(*img.podman, "run", "--rm", *RUN_OPTS, "-v", "/:/host", *binds, img.report.tag,
                          "node", "install", "--host-root", "/host", "--bin-dir", bin_dir, "--conf-dir", conf_dir,
-                         "--conflist", "cnichain-default", check=False, timeout=timeout)
+                         "--conflist", f"/host{CONFLIST_DIR}/cnichain-default.conflist", check=False, timeout=timeout)
 
 
-def start_cri(node: Node, cri_api: tuple[ModuleType, ModuleType], archive: str, busybox: str, bin_dir: str,
+def start_cri(release: Release, node: Node, cri_api: tuple[ModuleType, ModuleType], archive: str, busybox: str, bin_dir: str,
               conf_dir: str) -> tuple[Containerd, CriClient]:
-    """containerd on the node with this bin and conf dir (plus the reference loopback), image imported."""
+    """``release`` on the node with this bin and conf dir (plus the reference loopback), image imported."""
     node.node_run("cp", os.path.join(REFERENCE_DIR, "loopback"), os.path.join(bin_dir, "loopback"))
-    return start_with_cri(node, cri_api, archive, busybox, bin_dir, conf_dir)
+    return start_with_cri(release, node, cri_api, archive, busybox, bin_dir, conf_dir)
 
 
 class AgentPod:

@@ -15,7 +15,7 @@ from typing import Iterator
 import pytest
 
 from . import bundlenode, cri_stubs, ocimage
-from .containerd import LOG_NAME, Containerd, start_with_cri
+from .containerd import LOG_NAME, RELEASES, Containerd, Release, start_with_cri
 from .containerd import log_tail as containerd_log_tail
 from .cri_client import CriClient
 from .node import Node
@@ -54,6 +54,22 @@ def node_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[bundlenode.
     yield from bundlenode.build_node_image(tmp_path_factory)
 
 
+@pytest.fixture(params=RELEASES, ids=lambda release: release.label)
+def containerd_release(request: pytest.FixtureRequest) -> Release:
+    """Each containerd release of the matrix in turn; every containerd case runs on each.
+
+    A release that ./run has not unpacked fails the case under ./run (it fetches all of them) and
+    skips it otherwise.
+    """
+    release: Release = request.param
+    if release.bin_dir() is None or not os.path.isfile(release.binary("containerd")):
+        message = f"{release.label} is not unpacked (./run tests fetches it)"
+        if "CNICHAIN_DEB_CACHE" in os.environ:
+            pytest.fail(message)
+        pytest.skip(message)
+    return release
+
+
 @pytest.fixture
 def node(agent_socket: str) -> Iterator[Node]:
     """A throwaway node with our plugins installed; everything removed afterwards."""
@@ -75,9 +91,9 @@ class CriNode:
 
 
 @pytest.fixture
-def cri_node(request: pytest.FixtureRequest, node: Node, cri_api: tuple[ModuleType, ModuleType],
-             image_archive: tuple[str, str]) -> Iterator[CriNode]:
-    """The node with containerd up, the image imported and the CRI reporting ready.
+def cri_node(request: pytest.FixtureRequest, containerd_release: Release, node: Node,
+             cri_api: tuple[ModuleType, ModuleType], image_archive: tuple[str, str]) -> Iterator[CriNode]:
+    """The node with this containerd release up, the image imported and the CRI reporting ready.
 
     On a failed test the tail of containerd's log (CNI errors land there) goes to the report.
     """
@@ -86,7 +102,8 @@ def cri_node(request: pytest.FixtureRequest, node: Node, cri_api: tuple[ModuleTy
     if marker is not None:
         node.declare_capabilities(list(marker.args))
     try:
-        containerd, cri = start_with_cri(node, cri_api, archive, image, node.bin_dir, node.conf_dir)
+        containerd, cri = start_with_cri(containerd_release, node, cri_api, archive, image, node.bin_dir,
+                                         node.conf_dir)
     except BaseException:
         print(f"containerd log tail:\n{containerd_log_tail(os.path.join(node.workdir, LOG_NAME))}")
         raise

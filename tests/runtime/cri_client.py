@@ -89,6 +89,27 @@ class CriClient:
             time.sleep(0.1)
         raise RuntimeError(f"CRI runtime not ready after {timeout:.0f}s: {last}")
 
+    def status(self, timeout: float = 10.0) -> tuple[bool, str, str]:
+        """``(status, reason, message)`` of the NetworkReady condition, from a non-verbose Status
+        (what the kubelet polls about every 5 s; containerd 2.1+ runs CNI STATUS for it)."""
+        resp = self.runtime.Status(self.pb.StatusRequest(verbose=False), timeout=timeout)
+        for cond in resp.status.conditions:
+            if cond.type == "NetworkReady":
+                return bool(cond.status), cond.reason, cond.message
+        return False, "NoCondition", "the runtime reported no NetworkReady condition"
+
+    def status_info(self, timeout: float = 10.0) -> dict[str, Any]:
+        """The verbose Status ``info`` map, each JSON value decoded (containerd: ``cniconfig``,
+        ``lastCNILoadStatus``, ...)."""
+        resp = self.runtime.Status(self.pb.StatusRequest(verbose=True), timeout=timeout)
+        info: dict[str, Any] = {}
+        for key, value in resp.info.items():
+            try:
+                info[key] = json.loads(value)
+            except ValueError:
+                info[key] = value
+        return info
+
     def wait_image(self, image: str, timeout: float = 30.0) -> None:
         """Wait (bounded) until the CRI image store knows ``image`` (imports arrive as events)."""
         deadline = time.monotonic() + timeout

@@ -84,6 +84,29 @@ class Node:
         with open(self.conflist_path, "w") as fh:
             json.dump(conflist, fh, indent=2)
 
+    def set_cni_version(self, conf_dir: str, version: str) -> None:
+        """Set the ``cniVersion`` of every conflist in ``conf_dir`` (the path as the node sees it).
+
+        The runtime matrix runs the shipped conflist at the highest version each runtime parses.
+        Each file is written to a temporary name in the same directory and renamed, so a running
+        containerd's watcher sees it (it ignores Create events).
+        """
+        assert self.holder is not None
+        directory = f"/proc/{self.holder.pid}/root{conf_dir}"
+        for name in sorted(os.listdir(directory)):
+            if not name.endswith(".conflist"):
+                continue
+            path = os.path.join(directory, name)
+            with open(path) as fh:
+                conflist = json.load(fh)
+            if conflist.get("cniVersion") == version:
+                continue
+            conflist["cniVersion"] = version
+            tmp = os.path.join(directory, f".{name}.tmp")
+            with open(tmp, "w") as fh:
+                json.dump(conflist, fh, indent=2)
+            os.replace(tmp, path)
+
     # -- running things ---------------------------------------------------------------------------
     def node_run(self, *argv: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
         """Run in the node: its network namespace and its private mounts."""

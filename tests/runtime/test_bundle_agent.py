@@ -36,8 +36,10 @@ from cnichain.cli.bundle import layout
 from . import leftovers, ocimage, traffic
 from .bundlenode import (AGENT_SOCKET, AgentPod, NodeImage, checks_run, hide_python_and_shells, install_with_image,
                          node_dirs, start_cri)
+from .containerd import Release
 from .cri_client import PodSpec, Port
 from .node import NETWORK, NODE_IP, Node
+from .statuspoll import Poller
 
 pytestmark = [pytest.mark.runtime, pytest.mark.integration]
 
@@ -78,23 +80,24 @@ def cni_errors(log_path: str) -> list[str]:
                 if "level=error" in line and ("network" in line.lower() or "cni" in line.lower())]
 
 
-def installed_node(node_image: NodeImage, node: Node) -> tuple[str, str]:
+def installed_node(node_image: NodeImage, node: Node, release: Release) -> tuple[str, str]:
     hide_python_and_shells(node)
     bin_dir, conf_dir = node_dirs(node)
-    installed = install_with_image(node, node_image, bin_dir, conf_dir)
+    installed = install_with_image(node, node_image, bin_dir, conf_dir, release.cni_version)
     assert installed.returncode == 0, installed.stdout + installed.stderr
     assert installed.stdout.count("verified ") == 6
     return bin_dir, conf_dir
 
 
 def test_agent_pod_serves_the_hosts_executables_and_they_run_cold_without_it(
-        node_image: NodeImage, cri_api: tuple[ModuleType, ModuleType], image_archive: tuple[str, str]) -> None:
+        containerd_release: Release, node_image: NodeImage, cri_api: tuple[ModuleType, ModuleType],
+        image_archive: tuple[str, str]) -> None:
     archive, busybox = image_archive
     node = Node(agent_socket="")
     cri = containerd = agent = None
     try:
-        bin_dir, conf_dir = installed_node(node_image, node)
-        containerd, cri = start_cri(node, cri_api, archive, busybox, bin_dir, conf_dir)
+        bin_dir, conf_dir = installed_node(node_image, node, containerd_release)
+        containerd, cri = start_cri(containerd_release, node, cri_api, archive, busybox, bin_dir, conf_dir)
         agent = AgentPod(node, node_image)
         agent.start()
         assert request_counts(agent.metrics()) == {}
@@ -127,7 +130,8 @@ LOOP_SECONDS = 360.0
 
 
 def test_upgrade_to_a_rebuilt_tree_while_pods_come_and_go(
-        node_image: NodeImage, cri_api: tuple[ModuleType, ModuleType], image_archive: tuple[str, str],
+        containerd_release: Release, node_image: NodeImage, cri_api: tuple[ModuleType, ModuleType],
+        image_archive: tuple[str, str],
         tmp_path_factory: pytest.TempPathFactory) -> None:
     from cnichain.cli.bundle.build import build
 
@@ -163,18 +167,21 @@ def test_upgrade_to_a_rebuilt_tree_while_pods_come_and_go(
     try:
         second = build(out2, layout.DEFAULT_PREFIX, stamp="e2e-upgrade")
         assert second.tree_id != node_image.report.tree_id
-        bin_dir, conf_dir = installed_node(node_image, node)
-        containerd, cri = start_cri(node, cri_api, archive, busybox, bin_dir, conf_dir)
+        bin_dir, conf_dir = installed_node(node_image, node, containerd_release)
+        containerd, cri = start_cri(containerd_release, node, cri_api, archive, busybox, bin_dir, conf_dir)
         worker = threading.Thread(target=loop, name="pod-loop", daemon=True)
-        worker.start()
-        assert first_done.wait(120), "the first pod cycle did not finish"
-        installing.set()
-        upgrade = install_with_image(node, node_image, bin_dir, conf_dir, tree_out=out2)
-        upgraded.set()
-        assert upgrade.returncode == 0, upgrade.stdout + upgrade.stderr
-        assert upgrade.stdout.count("verified ") == 6
-        worker.join(LOOP_SECONDS + 60)
-        assert not worker.is_alive(), "the pod loop did not end"
+        with Poller(cri) as poller:  # NetworkReady (2.1: CNI STATUS of the chain) through the upgrade
+            worker.start()
+            assert first_done.wait(120), "the first pod cycle did not finish"
+            installing.set()
+            upgrade = install_with_image(node, node_image, bin_dir, conf_dir, containerd_release.cni_version,
+                                         tree_out=out2)
+            upgraded.set()
+            assert upgrade.returncode == 0, upgrade.stdout + upgrade.stderr
+            assert upgrade.stdout.count("verified ") == 6
+            worker.join(LOOP_SECONDS + 60)
+            assert not worker.is_alive(), "the pod loop did not end"
+        assert poller.polls > 0 and poller.not_ready == [], (poller.polls, poller.not_ready)
         print(f"pod cycles: {cycles}; installer: {upgrade.stdout.strip()}")  # shown with -s / -rP
         assert errors == [], errors
         assert cycles["after"] >= AFTER_UPGRADE and cycles["during"] >= 1, cycles

@@ -21,6 +21,7 @@ from cnichain.cli.bundle import layout
 
 from . import leftovers, ocimage, traffic
 from .bundlenode import NodeImage, checks_run, hide_python_and_shells, install_with_image, node_dirs, start_cri
+from .containerd import Release
 from .cri_client import PodSpec, Port
 from .node import NODE_IP, Node
 
@@ -28,7 +29,7 @@ pytestmark = [pytest.mark.runtime, pytest.mark.integration]
 
 
 def test_pod_through_the_image_installed_tree_on_a_node_without_python(
-        node_image: NodeImage, cri_api: tuple[ModuleType, ModuleType],
+        containerd_release: Release, node_image: NodeImage, cri_api: tuple[ModuleType, ModuleType],
         image_archive: tuple[str, str]) -> None:
     report = node_image.report
     archive, busybox = image_archive
@@ -37,12 +38,12 @@ def test_pod_through_the_image_installed_tree_on_a_node_without_python(
     try:
         hide_python_and_shells(node)
         bin_dir, conf_dir = node_dirs(node)
-        installed = install_with_image(node, node_image, bin_dir, conf_dir)
+        installed = install_with_image(node, node_image, bin_dir, conf_dir, containerd_release.cni_version)
         assert installed.returncode == 0, installed.stdout + installed.stderr
         assert installed.stdout.count("verified ") == 6
         assert node.node_run("readlink", layout.current_link(layout.DEFAULT_PREFIX)).stdout.strip() == \
             f"versions/{report.tree_id}"
-        containerd, cri = start_cri(node, cri_api, archive, busybox, bin_dir, conf_dir)
+        containerd, cri = start_cri(containerd_release, node, cri_api, archive, busybox, bin_dir, conf_dir)
         try:
             pod = cri.run_pod(PodSpec(name="web", ports=[Port(container_port=80, host_port=18091)]))
             assert pod.ip.startswith("10.22.")

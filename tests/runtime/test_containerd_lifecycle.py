@@ -66,6 +66,8 @@ def test_stop_then_remove_leave_nothing(cri_node: CriNode) -> None:
     assert leftovers.portmap_rule_count(node.node_run) > 0
     assert leftovers.ifbs(node.node_run) and leftovers.shaping_qdiscs(node.node_run)
     assert leftovers.files_in(node.node_run, leftovers.NETNS_DIR)
+    # the release under test runs its own shim, not the system's
+    assert cri_node.containerd.shim_executables() == {cri_node.containerd.release.binary("containerd-shim-runc-v2")}
 
     cri.stop_pod(pod.id)
     assert leftovers.everything(node.node_run, with_netns=False) == []

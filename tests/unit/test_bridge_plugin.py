@@ -84,6 +84,21 @@ def test_status_and_gc_delegate_to_ipam(tmp_path):
     assert log.read_text().split() == ["STATUS", "GC"]
 
 
+def test_status_fails_when_the_ipam_plugin_is_missing(tmp_path):
+    code, out = dispatch(PLUGIN, "STATUS", conf("1.1.0", ipam={"type": "host-local"}), CNI_PATH=str(tmp_path))
+    assert code == 1 and out["code"] == 50, out
+    assert out["msg"].startswith('bridge: failed to find plugin "host-local" in path') and "install" in out["msg"]
+
+
+def test_status_ignores_keys_it_does_not_need(tmp_path):
+    """A config ADD would refuse still passes STATUS: only ipam.type/ipMasq/macspoofchk are read."""
+    path, log = _fake_ipam(tmp_path)
+    c = conf("1.1.0", ipam={"type": "fake-ipam"}, mtu="big", vlan=99999, hairpinMode=True, promiscMode=True,
+             ipMasq="yes")
+    assert dispatch(PLUGIN, "STATUS", c, CNI_PATH=path) == (0, None)
+    assert log.read_text().split() == ["STATUS"]
+
+
 def test_status_failure_of_ipam_is_reported(tmp_path):
     path, _ = _fake_ipam(tmp_path, fail_status=True)
     code, out = dispatch(PLUGIN, "STATUS", conf("1.1.0", ipam={"type": "fake-ipam"}), CNI_PATH=path)

@@ -161,22 +161,51 @@ def test_gc_needs_110(tmp_path):
     assert code == 1 and out["code"] == 1
 
 
-def test_status_reports_exhaustion(tmp_path):
+def test_full_range_keeps_status_ok_and_fails_the_next_add(tmp_path):
+    """Exhaustion is one pod's failure, not the node's: STATUS stays 0 (containerd 2.1+ would
+    otherwise mark the node NotReady and evict every pod), the next ADD carries the error."""
     c = conf(tmp_path, "1.1.0", [[{"subnet": "10.1.0.0/30"}], [{"subnet": "fd00::/64"}]])
-    assert dispatch(PLUGIN, "STATUS", c) == (0, None)
     assert dispatch(PLUGIN, "ADD", c)[0] == 0
-    code, out = dispatch(PLUGIN, "STATUS", c)
-    assert code == 1 and out == {"code": 50, "msg": "no IP addresses available in range set 0: 10.1.0.1-10.1.0.2"}
-    dispatch(PLUGIN, "DEL", c)
     assert dispatch(PLUGIN, "STATUS", c) == (0, None)
+    code, out = dispatch(PLUGIN, "ADD", c, CNI_CONTAINERID="second")
+    assert code == 1 and "no IP addresses available in range set: 10.1.0.1-10.1.0.2" in out["msg"], out
+    assert dispatch(PLUGIN, "STATUS", c) == (0, None)
+    assert sorted(os.listdir(netdir(tmp_path))) == sorted(["10.1.0.2", "fd00::2", "last_reserved_ip.0",
+                                                             "last_reserved_ip.1", "lock"])  # probe left nothing
 
 
-def test_status_counts_stale_empty_files_as_free(tmp_path):
-    c = conf(tmp_path, "1.1.0", [[{"subnet": "10.1.0.0/30"}]])
-    d = netdir(tmp_path)
-    d.mkdir()
-    (d / "10.1.0.2").write_bytes(b"")
+def test_status_ok_on_a_fresh_node_creates_nothing(tmp_path):
+    c = conf(tmp_path / "not-yet", "1.1.0")
     assert dispatch(PLUGIN, "STATUS", c) == (0, None)
+    assert not (tmp_path / "not-yet").exists()
+
+
+def test_status_reads_only_the_data_dir(tmp_path):
+    """Keys STATUS does not need never fail it, however wrong (ADD reports those)."""
+    c = conf(tmp_path, "1.1.0", [[{"subnet": "not-a-subnet"}]], routes="bad", resolvConf=7)
+    assert dispatch(PLUGIN, "STATUS", c) == (0, None)
+    c["ipam"] = "nonsense"  # not even an object: the default dataDir is probed
+    assert dispatch(PLUGIN, "STATUS", c)[0] in (0, 1)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through mode 0500")
+def test_status_fails_on_an_unwritable_store(tmp_path):
+    netdir(tmp_path).mkdir()
+    netdir(tmp_path).chmod(0o500)
+    try:
+        code, out = dispatch(PLUGIN, "STATUS", conf(tmp_path, "1.1.0"))
+    finally:
+        netdir(tmp_path).chmod(0o700)
+    assert code == 1 and out["code"] == 50 and "not writable" in out["msg"], out
+
+
+def test_status_fails_when_the_store_cannot_be_created(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, out = dispatch(PLUGIN, "STATUS", conf(blocker / "dir", "1.1.0"))
+    assert code == 1 and out["code"] == 50, out
+    assert out["msg"].startswith("host-local: cannot store IP reservations: ") and "is not a directory" in out["msg"]
+    assert "ipam.dataDir" in out["msg"]  # what to fix
 
 
 @pytest.mark.parametrize("cid", ["../x", "a/b", ".hidden"])

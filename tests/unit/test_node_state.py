@@ -64,6 +64,34 @@ def test_plugin_files(tmp_path):
     assert files.read_reservations("relative") == []
 
 
+def test_pools_report_free_addresses_per_range_set(tmp_path):
+    """inspect's exhaustion report (STATUS stays 0 on a full range; operators look here)."""
+    from cnichain.cli.podstate import render
+
+    net = tmp_path / "ipam" / "k8s"
+    net.mkdir(parents=True)
+    for ip in ("10.1.0.2", "10.1.0.3"):
+        (net / ip).write_bytes(b"abc123\r\neth0")
+    (net / "10.1.0.4").write_bytes(b"")  # stale: free
+    ipam = {"type": "host-local", "dataDir": str(tmp_path / "ipam"),
+            "ranges": [[{"subnet": "10.1.0.0/29"}], [{"subnet": "10.2.0.0/30"}]]}
+    config = {"cniVersion": "1.1.0", "name": "k8s", "plugins": [{"type": "bridge", "ipam": ipam}]}
+    entry = cache.CacheEntry(path="/x", network="k8s", container_id="abc123", ifname="eth0", config=config)
+    pools = view.pools_of([entry, entry])
+    assert [p.to_dict() for p in pools] == [
+        {"network": "k8s", "data_dir": str(tmp_path / "ipam"), "range_set": "10.1.0.1-10.1.0.6",
+         "capacity": 5, "reserved": 2, "free": 3},
+        {"network": "k8s", "data_dir": str(tmp_path / "ipam"), "range_set": "10.2.0.1-10.2.0.2",
+         "capacity": 1, "reserved": 0, "free": 1},
+    ]
+    (net / "10.2.0.2").write_bytes(b"abc123\r\neth0")
+    text = render.render_text(view.NodeView([], pools=view.pools_of([entry])))
+    assert "pool k8s  10.2.0.1-10.2.0.2  0 of 1 free" in text and "EXHAUSTED: the next ADD fails" in text
+    bad = cache.CacheEntry(path="/x", network="k8s", container_id="c", ifname="eth0",
+                           config={"cniVersion": "1.1.0", "plugins": [{"ipam": {"type": "host-local", "ranges": 7}}]})
+    assert view.pools_of([bad]) == []
+
+
 LISTING = '''table inet cnichain_portmap {
 \tchain c-0123 {
 \t\tcomment "id 5a5a k8s/abc123"

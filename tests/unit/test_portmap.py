@@ -421,3 +421,33 @@ def test_no_pyroute2_or_nftables_on_noop_paths():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# -- STATUS ------------------------------------------------------------------------------------
+
+class _FakeNft:
+    def __init__(self, rc: int, err: str):
+        self.rc, self.err, self.calls = rc, err, []
+
+    def cmd(self, command):
+        self.calls.append(command)
+        return self.rc, "", self.err
+
+
+def test_status_ok_when_nftables_answers(monkeypatch):
+    from cnichain.common import nft
+
+    fake = _FakeNft(0, "")
+    monkeypatch.setattr(nft, "handle", lambda: fake)
+    # keys ADD would refuse are not read by STATUS
+    assert dispatch(PLUGIN, "STATUS", conf(cniVersion="1.1.0", backend="iptables", markMasqBit=99)) == (0, None)
+    assert fake.calls == [f"list tables {names.FAMILY}"]  # names only: cheap with any number of pods
+
+
+def test_status_fails_when_nftables_is_unusable(monkeypatch):
+    from cnichain.common import nft
+
+    monkeypatch.setattr(nft, "handle", lambda: _FakeNft(1, "Error: Protocol not supported"))
+    code, out = dispatch(PLUGIN, "STATUS", conf(cniVersion="1.1.0"))
+    assert code == 1 and out["code"] == 50, out
+    assert out["msg"].startswith("portmap: nftables is unusable: Error: Protocol not supported; load the nf_tables")

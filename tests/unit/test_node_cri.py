@@ -1,0 +1,54 @@
+"""The probe's hand-written CRI encoding against the protobuf stubs generated from the CRI's api.proto."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cnichain.cli.node import cri
+
+
+@pytest.fixture(scope="module")
+def pb2(tmp_path_factory):
+    pytest.importorskip("grpc_tools")
+    from tests.runtime import cri_stubs
+
+    return cri_stubs.generate(str(tmp_path_factory.mktemp("cri-stubs")))[0]
+
+
+@pytest.mark.parametrize("verbose", [True, False])
+def test_status_request_bytes_match_protobuf(pb2, verbose):
+    assert cri.status_request(verbose) == pb2.StatusRequest(verbose=verbose).SerializeToString()
+
+
+def test_status_response_is_decoded(pb2):
+    net = {"Name": "cnichain", "CNIVersion": "1.1.0", "Source": '{"x": "ü"}', "Plugins": [{"Network": {"type": "bridge"}}]}
+    info = {"cniconfig": json.dumps({"Networks": [{"IFName": "lo", "Config": {"Name": "cni-loopback"}},
+                                                  {"IFName": "eth0", "Config": net}]}),
+            "lastCNILoadStatus": "OK", "big": "y" * 70000}
+    resp = pb2.StatusResponse(status=pb2.RuntimeStatus(conditions=[
+        pb2.RuntimeCondition(type="RuntimeReady", status=True),
+        pb2.RuntimeCondition(type="NetworkReady", status=False, reason="NetworkPluginNotReady", message="boom"),
+    ]), info=info)
+    status = cri.parse_status_response(resp.SerializeToString())
+    assert status.network_ready() == cri.Condition("NetworkReady", False, "NetworkPluginNotReady", "boom")
+    assert status.conditions["RuntimeReady"].status is True
+    assert status.info == info
+    assert status.pod_network() == net
+
+
+def test_missing_condition_and_bad_info_are_not_ready():
+    status = cri.parse_status_response(b"")
+    assert not status.network_ready().status and status.pod_network() is None
+    assert cri.RuntimeStatus(info={"cniconfig": "not json"}).loaded_networks() == []
+
+
+def test_truncated_protobuf_is_an_error():
+    with pytest.raises(cri.CriError):
+        cri.parse_status_response(b"\x0a\x05ab")
+
+
+def test_unreachable_runtime_is_an_error(tmp_path):
+    with pytest.raises(cri.CriError, match="CRI Status on"):
+        cri.runtime_status(str(tmp_path / "none.sock"), timeout=1.0)
