@@ -8,6 +8,8 @@ from typing import List, Optional
 
 import typer
 
+from cnichain.cli.agent.reconcile import settings as reconcile_settings
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -325,8 +327,13 @@ def bench(
     raise typer.Exit(bench_mod.main(options=options))
 
 
-@app.command()
+agent_app = typer.Typer(help="The node agent: warm plugin handlers behind the installed shims, and the node's reconciler.")
+app.add_typer(agent_app, name="agent")
+
+
+@agent_app.callback(invoke_without_command=True)
 def agent(
+    ctx: typer.Context,
     socket_path: str = typer.Option("/run/cnichain/agent.sock", "--socket", envvar="CNICHAIN_AGENT_SOCKET", help="Unix socket the plugin shims connect to"),
     metrics_socket: Optional[str] = typer.Option(None, "--metrics-socket", help='Prometheus endpoint (HTTP on a unix socket); default "<socket>.metrics", "" disables'),
     metrics_port: int = typer.Option(0, "--metrics-port", help="Also serve /metrics on 127.0.0.1:PORT (opt-in)"),
@@ -334,13 +341,43 @@ def agent(
     max_workers: int = typer.Option(64, "--max-workers", help="Concurrent requests; more are sent back to the cold path"),
     log_file: str = typer.Option("", "--log-file", help="Request log (default: stderr)"),
     pool: int = typer.Option(6, "--pool", help="Workers forked and warmed ahead of demand (0: fork per request)"),
+    reconcile: str = typer.Option("on", "--reconcile", help="off | dry-run | on: re-install lost kernel state of live pods, collect leaked ones"),
+    grace: float = typer.Option(reconcile_settings.DEFAULT_GRACE, "--grace", help="Seconds an attachment's netns must be gone before it is collected"),
+    network: List[str] = typer.Option([], "--network", help="Reconcile only this network (repeatable; default all)"),
+    runtime_endpoint: str = typer.Option("", "--runtime-endpoint", help="CRI socket: sandboxes ListPodSandbox lists are never collected"),
+    sweep_interval: float = typer.Option(reconcile_settings.DEFAULT_SWEEP, "--sweep-interval", help="Seconds between full sweeps (behind the event-driven repair)"),
+    cache_dir: List[str] = typer.Option([], "--cache-dir", help="Result cache root holding results/ (repeatable; default /var/lib/cni and our runner's)"),
+    bin_dir: List[str] = typer.Option([], "--bin-dir", help="Plugin dir for collecting DELs (repeatable; default $CNI_PATH or /opt/cni/bin)"),
 ) -> None:
-    """Run the node agent in the foreground: warm plugin handlers behind the installed shims."""
+    """Run the node agent in the foreground: warm plugin handlers behind the installed shims, plus the reconciler."""
+    if ctx.invoked_subcommand is not None:
+        return
     from cnichain.cli.agent import serve
-
+    rc = reconcile_settings.ReconcileConfig(mode=reconcile, grace=grace, networks=list(network), runtime_endpoint=runtime_endpoint,
+                         sweep_interval=sweep_interval, cache_dirs=list(cache_dir) or list(reconcile_settings.DEFAULT_CACHE_DIRS),
+                         bin_dirs=list(bin_dir))
+    try:
+        rc.validate()
+    except ValueError as exc:
+        _fail(str(exc), 2)
     raise typer.Exit(serve(socket_path, metrics_socket=metrics_socket, metrics_port=metrics_port,
                            request_timeout=request_timeout, max_workers=max_workers, log_file=log_file or None,
-                           pool_size=max(0, pool)))
+                           pool_size=max(0, pool), reconcile=rc))
+
+
+@agent_app.command("status")
+def agent_status(
+    socket_path: str = typer.Option("/run/cnichain/agent.sock", "--socket", envvar="CNICHAIN_AGENT_SOCKET", help="The agent's socket"),
+    as_json: bool = typer.Option(False, "--json", help="The reconciler's whole view as JSON"),
+) -> None:
+    """The reconciler's view: mode, last sweep, counters, each attachment's state, leaks and stale cache entries."""
+    from cnichain.cli.agent.reconcile import status as rstatus
+    path = reconcile_settings.status_path(socket_path)
+    doc = rstatus.read(path)
+    if doc is None:
+        _fail(f"no reconciler status at {path} (agent not running, or --reconcile off)")
+        return
+    typer.echo(json.dumps(doc, indent=2, sort_keys=True) if as_json else rstatus.render_text(doc))
 
 
 @app.command()
