@@ -256,3 +256,46 @@ def test_with_the_agent_gone_the_reconciler_is_gone_and_plugins_work_as_before(n
     _pod2, att2, _ = node.pod("pod2", 8087)
     assert node.fetch(8087) == "pod2"
     node.runtime.delete(node.conf, att2)
+
+
+# -- conntrack: the plugin's own job at ADD and DEL, agent or not ------------------------------------
+
+def udp_ask(node: Node, port: int, sport: int) -> str:
+    """One datagram from a fixed client port (so every ask hits the same conntrack entry)."""
+    for _ in range(3):  # bounded: a datagram can be lost while an address settles
+        out = node.lab.run(node.client, "socat", "-T0.5", "-", f"UDP:{NODE4}:{port},sourceport={sport},reuseaddr",
+                           check=False, input="ping\n", timeout=10)
+        if out.stdout.strip():
+            return out.stdout.strip()
+    return ""
+
+
+def udp_server(node: Node, ns: str, port: int, text: str) -> None:
+    node.servers.append(node.lab.popen(ns, "socat", f"UDP-RECVFROM:{port},fork,reuseaddr", f"SYSTEM:echo {text}",
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    wait_for("the UDP server", lambda: node.lab.run(ns, "socat", "-T0.3", "-", f"UDP:127.0.0.1:{port}", check=False,
+                                                    input="ping\n").stdout.strip() == text, 10)
+
+
+def conntrack_to(lab, port: int) -> str:
+    return lab.run(lab.node, "conntrack", "-L", "-p", "udp", "--dport", str(port), check=False).stdout
+
+
+def test_a_udp_flow_follows_its_host_port_to_the_new_pod_and_to_the_host(node, lab):
+    port, sport = 5455, 40455
+    old_ns, old, old_result = node.pod("old", port)
+    udp_server(node, old_ns, 80, "old")
+    assert udp_ask(node, port, sport) == "old"
+    old_ip = old_result["ips"][0]["address"].split("/")[0]
+    assert f"src={old_ip}" in conntrack_to(lab, port)
+    node.runtime.delete(node.conf, old)
+    # DEL flushed the flows DNATed to the deleted pod: a hostNetwork server on the port gets the
+    # client's next datagram instead of a blackhole towards the old address (plugins#1190).
+    assert f"src={old_ip}" not in conntrack_to(lab, port)
+    udp_server(node, lab.node, port, "host")
+    assert udp_ask(node, port, sport) == "host"
+    node.servers.pop().kill()
+    new_ns, new, _ = node.pod("new", port)
+    udp_server(node, new_ns, 80, "new")
+    assert udp_ask(node, port, sport) == "new"  # ADD flushed the un-NATed entry the host server left
+    node.runtime.delete(node.conf, new)
