@@ -215,6 +215,19 @@ def lint(
 NODE_CACHE_DIRS = ["/var/lib/cni", DEFAULT_CACHE]
 
 
+def _runtime_listing(endpoint: str) -> Optional[set]:
+    """The sandbox IDs the runtime on ``endpoint`` lists; None without an endpoint (fails without an answer)."""
+    if not endpoint:
+        return None
+    from cnichain.cli.podstate.sandboxes import CriSandboxes
+
+    problems: list[str] = []
+    ids = CriSandboxes(endpoint, problems.append).listed()
+    if ids is None:
+        _fail(problems[0] if problems else f"no answer from {endpoint}")
+    return ids
+
+
 @app.command()
 def inspect(
     network: str = typer.Argument("", help="Only containers attached to this network"),
@@ -225,6 +238,7 @@ def inspect(
     tuning_dir: List[str] = typer.Option(["/run/cni/tuning"], "--tuning-dir", help="tuning dataDir (repeatable; dirs named in cached conflists are added)"),
     node_netns: str = typer.Option("", "--node-netns", help="Read kernel state in this namespace instead of the caller's"),
     live: List[str] = typer.Option([], "--live", help="A container ID that is alive (repeatable): every other one is an orphan"),
+    runtime_endpoint: str = typer.Option("", "--runtime-endpoint", help="CRI socket: a sandbox ListPodSandbox lists is never stale"),
 ) -> None:
     """Show, per container, what our plugins hold on this node and flag orphans, whichever runtime made the pods.
 
@@ -237,7 +251,8 @@ def inspect(
     except ValueError as exc:
         _fail(str(exc), 2)
     src = view.Sources(cache_dirs=cache_dir, ipam_dirs=ipam_dir, tuning_dirs=tuning_dir,
-                       node_netns=node_netns or None, live=set(live) if live else None)
+                       node_netns=node_netns or None, live=set(live) if live else None,
+                       listed=_runtime_listing(runtime_endpoint))
     node = view.collect(src, network=network, container=container)
     typer.echo(render.render_json(node) if as_json else render.render_text(node))
 
@@ -253,6 +268,7 @@ def gc(
     node_netns: str = typer.Option("", "--node-netns", help="Run the plugins and read kernel state in this namespace"),
     ipam_dir: List[str] = typer.Option(["/var/lib/cni/networks"], "--ipam-dir", help="host-local dataDir to list what GC removes (repeatable)"),
     tuning_dir: List[str] = typer.Option(["/run/cni/tuning"], "--tuning-dir", help="tuning dataDir (repeatable)"),
+    runtime_endpoint: str = typer.Option("", "--runtime-endpoint", help="CRI socket: a sandbox ListPodSandbox lists is kept"),
 ) -> None:
     """Collect attachments of pods that no longer exist, from any runtime's result cache or a --valid list.
 
@@ -281,9 +297,11 @@ def gc(
     entries = [e for d in cache_dir for e in cache_mod.read_cache(d)]
     if conf_doc is not None:
         entries = [e for e in entries if e.network == conf_doc.get("name")]
-    src = view.Sources(cache_dirs=cache_dir, ipam_dirs=ipam_dir, tuning_dirs=tuning_dir, node_netns=node_netns or None)
+    listed = _runtime_listing(runtime_endpoint)
+    src = view.Sources(cache_dirs=cache_dir, ipam_dirs=ipam_dir, tuning_dirs=tuning_dir, node_netns=node_netns or None,
+                       listed=listed)
     node = view.collect(src, network=str(conf_doc.get("name")) if conf_doc else "")
-    plan = gc_mod.build(entries, conf_doc, pairs if valid else None, node)
+    plan = gc_mod.build(entries, conf_doc, pairs if valid else None, node, listed)
     if not apply:
         typer.echo(gc_mod.render(plan))
         return

@@ -299,3 +299,40 @@ def test_a_udp_flow_follows_its_host_port_to_the_new_pod_and_to_the_host(node, l
     udp_server(node, new_ns, 80, "new")
     assert udp_ask(node, port, sport) == "new"  # ADD flushed the un-NATed entry the host server left
     node.runtime.delete(node.conf, new)
+
+
+# -- result-cache hygiene: inspect reports, gc removes ------------------------------------------------
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "cnichain.cli.app", *args], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def test_inspect_reports_stale_cache_entries_and_gc_removes_them(node, lab):
+    dead_ns, dead, _ = node.pod("dead", 8088)
+    _live_ns, live, _ = node.pod("live", 8089)
+    cache = os.path.join(node.cache_root, "results")
+    # An entry of a network whose conflist nothing caches, whose pod is gone.
+    foreign = os.path.join(cache, "othernet-ghost-eth0")
+    with open(foreign, "w") as fh:
+        json.dump({"kind": "cniCacheV1", "containerId": "ghost", "ifName": "eth0", "networkName": "othernet",
+                   "netns": "/run/netns/" + lab.name("never-existed"), "result": {}}, fh)
+    lab.delete_netns(dead_ns)
+    src = ["--cache-dir", node.cache_root, "--ipam-dir", os.path.join(lab.workdir, "ipam"), "--node-netns", lab.node]
+    doc = json.loads(cli("inspect", "--json", *src).stdout)
+    stale = {s["container_id"]: s for s in doc["stale_cache"]}
+    assert set(stale) == {"ctr-dead", "ghost"}
+    assert stale["ctr-dead"]["has_config"] and not stale["ghost"]["has_config"]
+    assert "2 stale cache entries" in cli("inspect", *src).stdout
+    plan = cli("gc", *src).stdout
+    assert "would DEL   rcnet/ctr-dead/eth0" in plan and "would drop  othernet/ghost/eth0" in plan
+    assert os.path.exists(foreign)
+    out = cli("gc", "--apply", "--bin-dir", node.runtime.bin_dirs[0], *src).stdout
+    assert f"removed stale cache file {foreign}" in out
+    assert sorted(os.listdir(cache)) == ["rcnet-ctr-live-eth0"]
+    assert json.loads(cli("inspect", "--json", *src).stdout)["stale_cache"] == []
+    node.runtime.delete(node.conf, live)

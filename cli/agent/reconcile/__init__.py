@@ -10,7 +10,8 @@ whose namespace is long gone.  The agent runs all the time; this package is what
 * ``attachments``: live attachments and each plugin's input, from the runtimes' result caches;
 * ``repair``: per plugin, its own check and its own repair (portmap, bandwidth, bridge's ipMasq);
 * ``budget``: backing off from whoever keeps removing our state;
-* ``sandboxes``: which pod sandboxes the runtime lists (CRI), the third witness for a leak;
+* which pod sandboxes the runtime lists (CRI) is :mod:`cnichain.cli.podstate.sandboxes`, shared
+  with ``cnichain inspect`` and ``cnichain gc``;
 * ``engine``: the decisions (repair, leaks, cache hygiene), ``status``: the view it publishes;
 * ``loop``: the reconciler process; :class:`Process` (here): how the agent starts and stops it.
 """

@@ -30,6 +30,7 @@ from typing import Callable, Optional
 
 from cnichain.cli.podstate import gc as gc_mod
 from cnichain.cli.podstate.cache import CacheEntry
+from cnichain.cli.podstate.view import stale_reason
 from cnichain.common.errors import CniError
 from cnichain.common.skel import Request
 
@@ -37,7 +38,7 @@ from . import netlink_events as ev
 from . import repair, status
 from .attachments import Target, targets
 from .budget import Budget
-from .sandboxes import NoSandboxes
+from cnichain.cli.podstate.sandboxes import NoSandboxes
 from .settings import ReconcileConfig
 
 WATCH_SECONDS = 15.0  # how long after a repair a vanished cache entry means "undo it"
@@ -218,18 +219,18 @@ class Reconciler:
         entries += [(e, None) for e in blind]
         listed = self.sandboxes.listed() if hasattr(self.sandboxes, "listed") else None
         now = self.wall()
-        due: list[Target] = []
+        due: list[tuple[CacheEntry, Optional[Target]]] = []
         self.stale = []
         seen = set()
         for e, t in entries:
             key = f"{e.network}/{e.container_id}/{e.ifname}"
             seen.add(key)
-            if e.netns_alive is not False:
+            reason = stale_reason(e, listed)  # what `cnichain inspect` calls a stale cache entry
+            if not reason:
                 self.gone_since.pop(key, None)
                 self.leaks.pop(key, None)
-                continue
-            if listed is not None and e.container_id in listed:
-                self.leaks[key] = "netns gone, but the runtime still lists the sandbox: kept"
+                if e.netns_alive is False:
+                    self.leaks[key] = "netns gone, but the runtime still lists the sandbox: kept"
                 continue
             if key not in self.gone_since:
                 self.gone_since[key] = now
@@ -237,45 +238,46 @@ class Reconciler:
                 self.log(f"reconcile: {key}: network namespace {e.netns} is gone; collected after "
                          f"{self.cfg.grace:.0f} s unless it comes back or the runtime lists it")
             age = now - self.gone_since[key]
-            if t is None:
-                self.stale.append({"attachment": key, "cache_file": e.path, "dead_for": round(age, 1),
-                                   "why": "no conflist cached: cannot DEL (cnichain gc CONFLIST can)"})
-                self.leaks[key] = "stale cache entry without its conflist"
-                continue
-            self.stale.append({"attachment": key, "cache_file": e.path, "dead_for": round(age, 1), "why": "netns gone"})
+            why = reason if t is not None else f"{reason}; no conflist cached, so only its file can go"
+            self.stale.append({"attachment": key, "cache_file": e.path, "dead_for": round(age, 1), "why": why})
             if age < self.cfg.grace:
                 self.leaks[key] = f"netns gone for {age:.0f} s (grace {self.cfg.grace:.0f} s)"
                 continue
             if self.retry_at.get(key, 0.0) > now:
                 continue
-            due.append(t)
+            due.append((e, t))
             self.leaks[key] = "due for collection"
         for key in list(self.gone_since):
             if key not in seen:
                 self.gone_since.pop(key, None)
                 self.leaks.pop(key, None)
                 self.retry_at.pop(key, None)
-        for t in due:
-            self._collect(t, [e for e, _ in entries])
+        for e, t in due:
+            self._collect(e, t, [x for x, _ in entries])
         self._prune_tmp()
 
-    def _collect(self, t: Target, entries: list[CacheEntry]) -> None:
-        key = t.key
+    def _collect(self, e: CacheEntry, t: Optional[Target], entries: list[CacheEntry]) -> None:
+        key = f"{e.network}/{e.container_id}/{e.ifname}"
         if not self.acting:
             self.log(f"reconcile: would collect {key} (dry run)")
             self.retry_at[key] = self.wall() + max(self.cfg.grace, 300.0)  # say it again later, not every sweep
             return
-        # The same plan `cnichain gc --apply` runs, with everything but this attachment valid.
-        same_net = [e for e in entries if e.network == t.entry.network]
-        valid = [(e.container_id, e.ifname) for e in same_net if e.path != t.entry.path]
-        plan = gc_mod.build(same_net, t.conflist.raw, valid, None)
-        plan.deletions = [d for d in plan.deletions if d.entry.path == t.entry.path]
+        # The plan `cnichain gc --apply` runs, with every other attachment of the network valid:
+        # a DEL with the cached conflist, or (none cached) removing the stale cache file.
+        same_net = [x for x in entries if x.network == e.network]
+        valid = [(x.container_id, x.ifname) for x in same_net if x.path != e.path]
+        plan = gc_mod.build(same_net, t.conflist.raw if t is not None else None, valid, None)
+        plan.deletions = [d for d in plan.deletions if d.entry.path == e.path]
         plan.collections = []
         from cnichain.cli.runtime import Runtime
 
-        lines, ok = gc_mod.execute(plan, lambda _e: Runtime(self.cfg.plugin_dirs(), t.cache_root))
+        root = os.path.dirname(os.path.dirname(e.path))
+        lines, ok = gc_mod.execute(plan, lambda _e: Runtime(self.cfg.plugin_dirs(), root))
         if ok and plan.deletions:
-            self.counters.leaks_collected += 1
+            if t is None:
+                self.counters.cache_pruned += 1
+            else:
+                self.counters.leaks_collected += 1
             self.leaks.pop(key, None)
             self.log(f"reconcile: collected leaked {key}: {'; '.join(lines)}")
         else:

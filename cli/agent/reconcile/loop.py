@@ -24,7 +24,7 @@ from cnichain.cli.agent.log import AgentLog
 
 from . import netlink_events as ev
 from .engine import Reconciler
-from .sandboxes import source
+from cnichain.cli.podstate.sandboxes import source
 from .settings import ReconcileConfig, parse
 
 PR_SET_PDEATHSIG = 1
