@@ -163,6 +163,9 @@ def test_flushed_ruleset_and_deleted_qdiscs_come_back_from_the_plugins_own_state
         with open(agent.log_path) as fh:
             log = fh.read()
         assert "reconcile: repaired portmap of rcnet/ctr-pod/eth0" in log
+        shown = cli("agent", "status", "--socket", node.sock).stdout
+        assert "  rcnet/ctr-pod/eth0: bandwidth " in shown  # each plugin's state: ok, or repaired since
+        assert "bandwidth/ok 1" in shown and "portmap/ok 1" in shown and "bridge/ok 1" in shown
     node.runtime.delete(node.conf, att)
     assert names.TABLE not in lab.run(lab.node, "nft", "list", "tables").stdout or not node.lab.run(
         lab.node, "nft", "list", "chain", "inet", names.TABLE, names.dnat_chain(names.owner_id("rcnet", "ctr-pod")),

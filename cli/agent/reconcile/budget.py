@@ -20,17 +20,20 @@ class Budget:
     times: dict[str, list[float]] = field(default_factory=dict)
     until: dict[str, float] = field(default_factory=dict)  # key -> backing off until then
     strikes: dict[str, int] = field(default_factory=dict)
+    last: dict[str, float] = field(default_factory=dict)  # key -> time of its latest repair
 
     def blocked(self, key: str, now: float) -> bool:
         return self.until.get(key, 0.0) > now
 
     def spend(self, key: str, now: float) -> bool:
         """Record one repair of ``key``; True when that exhausted its budget (now backing off)."""
+        busy = max(self.last.get(key, float("-inf")), self.until.get(key, float("-inf")))
+        if now - busy >= self.window:
+            self.strikes.pop(key, None)  # a quiet window after the last repair or back-off: forgiven
+        self.last[key] = now
         recent = [t for t in self.times.get(key, []) if now - t < self.window] + [now]
         self.times[key] = recent
         if len(recent) < self.limit:
-            if len(recent) == 1:
-                self.strikes.pop(key, None)  # a quiet window: forgiven
             return False
         strikes = self.strikes.get(key, 0) + 1
         self.strikes[key] = strikes
@@ -39,5 +42,5 @@ class Budget:
         return True
 
     def forget(self, key: str) -> None:
-        for table in (self.times, self.until, self.strikes):
+        for table in (self.times, self.until, self.strikes, self.last):
             table.pop(key, None)
