@@ -366,6 +366,7 @@ def agent(
     sweep_interval: float = typer.Option(reconcile_settings.DEFAULT_SWEEP, "--sweep-interval", help="Seconds between full sweeps (behind the event-driven repair)"),
     cache_dir: List[str] = typer.Option([], "--cache-dir", help="Result cache root holding results/ (repeatable; default /var/lib/cni and our runner's)"),
     bin_dir: List[str] = typer.Option([], "--bin-dir", help="Plugin dir for collecting DELs (repeatable; default $CNI_PATH or /opt/cni/bin)"),
+    mount_ns: str = typer.Option("", "--mount-ns", help="Mount namespace the reconciler enters first (in a pod: the host's, /proc/1/ns/mnt)"),
 ) -> None:
     """Run the node agent in the foreground: warm plugin handlers behind the installed shims, plus the reconciler."""
     if ctx.invoked_subcommand is not None:
@@ -373,7 +374,7 @@ def agent(
     from cnichain.cli.agent import serve
     rc = reconcile_settings.ReconcileConfig(mode=reconcile, grace=grace, networks=list(network), runtime_endpoint=runtime_endpoint,
                          sweep_interval=sweep_interval, cache_dirs=list(cache_dir) or list(reconcile_settings.DEFAULT_CACHE_DIRS),
-                         bin_dirs=list(bin_dir))
+                         bin_dirs=list(bin_dir), mount_ns=mount_ns)
     try:
         rc.validate()
     except ValueError as exc:

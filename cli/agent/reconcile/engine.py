@@ -71,6 +71,7 @@ class Reconciler:
         self.leaks: dict[str, str] = {}  # attachment key -> its state as a leak candidate
         self.retry_at: dict[str, float] = {}  # attachment key -> next teardown attempt (after a failure)
         self.stale: list[dict] = []
+        self.retry_kinds: set[str] = set()  # kinds whose repair failed: the loop retries them soon
         self.runtime_listing = getattr(self.sandboxes, "description", "")
         self._load()
 
@@ -175,6 +176,7 @@ class Reconciler:
         else:
             self.counters.repaired(rep.plugin_type, "failed")
             self._set(key, FAILED, after)
+            self.retry_kinds |= rep.kinds
             self.log(f"reconcile: repair of {rep.plugin_type} of {t.key} failed: {after}")
         if self.budget.spend(key, now):
             self.counters.backoffs += 1

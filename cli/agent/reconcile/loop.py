@@ -29,6 +29,7 @@ from .settings import ReconcileConfig, parse
 
 PR_SET_PDEATHSIG = 1
 WATCH_TICK = 1.0  # while a repair is being watched, look at the cache this often
+RETRY_AFTER = 1.0  # a failed repair is tried again this soon (the budget bounds how often)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -42,11 +43,30 @@ def _die_with_parent(parent: int) -> None:
         raise SystemExit(0)  # the agent was already gone before the signal was armed
 
 
+def _enter_mount_ns(path: str) -> None:
+    """Into the host's mount namespace (a privileged pod with hostPID), while still single-threaded:
+    there the runtime's result cache, the plugin bin dir and /run/netns are the host's own."""
+    from cnichain.cli.agent.peer import CLONE_NEWNS, setns
+
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        setns(fd, CLONE_NEWNS)
+    finally:
+        os.close(fd)
+    os.chdir("/")
+
+
 def run(cfg: ReconcileConfig, parent: int = 0) -> int:
     _die_with_parent(parent)
     log = AgentLog()
     if cfg.log_file:
-        log.open(cfg.log_file)
+        log.open(cfg.log_file)  # before moving: the log file is the agent's
+    if cfg.mount_ns:
+        try:
+            _enter_mount_ns(cfg.mount_ns)
+        except OSError as exc:
+            log(f"reconcile: cannot enter mount namespace {cfg.mount_ns}: {exc}; not reconciling")
+            return 1
     stop: list[int] = []
     wake_r, wake_w = socket.socketpair()
     wake_r.setblocking(False)
@@ -103,6 +123,10 @@ def run(cfg: ReconcileConfig, parent: int = 0) -> int:
                 _pass(engine, log, todo)
             elif engine.watch:
                 _pass(engine, log, frozenset())
+            if engine.retry_kinds and pending is None:
+                kinds |= engine.retry_kinds
+                engine.retry_kinds.clear()
+                pending = time.monotonic() + RETRY_AFTER
     finally:
         engine.save()
         for sub in subs:

@@ -37,6 +37,7 @@ class ReconcileConfig:
     sweep_interval: float = DEFAULT_SWEEP
     cache_dirs: list[str] = field(default_factory=lambda: list(DEFAULT_CACHE_DIRS))
     bin_dirs: list[str] = field(default_factory=list)  # empty: $CNI_PATH, else /opt/cni/bin
+    mount_ns: str = ""  # a mount namespace to enter first (the host's, /proc/1/ns/mnt, from a pod)
     status_file: str = ""  # set by the agent from its socket path
     log_file: Optional[str] = None
     settle: float = 0.2  # after a deletion event, before checking (coalesces a flush's burst)
@@ -63,6 +64,7 @@ class ReconcileConfig:
             if not valid_id(name):
                 raise ValueError(f"--network {name!r}: not a valid network name")
         for opt, paths in (("--cache-dir", self.cache_dirs), ("--bin-dir", self.bin_dirs),
+                           ("--mount-ns", [self.mount_ns] if self.mount_ns else []),
                            ("--runtime-endpoint", [self.runtime_endpoint] if self.runtime_endpoint else [])):
             for path in paths:
                 if not os.path.isabs(path.removeprefix("unix://")) or "\0" in path:
@@ -84,13 +86,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"result cache root holding results/ (repeatable; default {', '.join(DEFAULT_CACHE_DIRS)})")
     p.add_argument("--bin-dir", action="append", default=[], metavar="DIR",
                    help="plugin directory for collecting DELs (repeatable; default $CNI_PATH or /opt/cni/bin)")
+    p.add_argument("--mount-ns", default="", metavar="PATH",
+                   help="mount namespace the reconciler enters first (in a pod: the host's, /proc/1/ns/mnt)")
 
 
 def from_args(ns: argparse.Namespace) -> ReconcileConfig:
     return ReconcileConfig(
         mode=ns.reconcile, grace=ns.grace, networks=list(ns.network), runtime_endpoint=ns.runtime_endpoint,
         sweep_interval=ns.sweep_interval, cache_dirs=list(ns.cache_dir) or list(DEFAULT_CACHE_DIRS),
-        bin_dirs=list(ns.bin_dir),
+        bin_dirs=list(ns.bin_dir), mount_ns=ns.mount_ns,
     )
 
 
@@ -102,6 +106,8 @@ def to_argv(cfg: ReconcileConfig) -> list[str]:
         argv += ["--runtime-endpoint", cfg.runtime_endpoint]
     if cfg.log_file:
         argv += ["--log-file", cfg.log_file]
+    if cfg.mount_ns:
+        argv += ["--mount-ns", cfg.mount_ns]
     for opt, items in (("--network", cfg.networks), ("--cache-dir", cfg.cache_dirs), ("--bin-dir", cfg.bin_dirs)):
         for item in items:
             argv += [opt, item]
