@@ -444,6 +444,11 @@ def remove_masquerade(network: str, container_id: str, ifname: str) -> None:
             rules.owner_tag(network, container_id, ifname), "failed to remove IP masquerading")
 
 
+def masquerade_listing() -> Optional[list[dict]]:
+    """Our masquerade chain as libnftables JSON (None: no table); read-only, for whole-node views."""
+    return _listing(_masq_list())
+
+
 def masquerade_addresses(network: str, container_id: str, ifname: str) -> Optional[list[str]]:
     """Source addresses of this attachment's masquerade rules (None: no table at all)."""
     from . import rules

@@ -156,10 +156,14 @@ def test_flushed_ruleset_and_deleted_qdiscs_come_back_from_the_plugins_own_state
         wait_for("shaping to return", lambda: any(q.get("kind") == "tbf" for q in tc_json(lab, "qdisc", "show", "dev", veth))
                  and tc_json(lab, "qdisc", "show", "dev", ifb_name(node.conf.name, att.container_id)))
         node.runtime.check(node.conf, Attachment(att.container_id, pod, "eth0"))
+        # Only the redirect to the IFB: egress shaping silently stops; the survey notices it.
+        lab.run(lab.node, "tc", "filter", "del", "dev", veth, "ingress")
+        wait_for("the redirect to return", lambda: tc_json(lab, "filter", "show", "dev", veth, "ingress"))
+        node.runtime.check(node.conf, Attachment(att.container_id, pod, "eth0"))
         metrics = agent.metrics()
         assert 'cnichain_agent_reconcile_repairs_total{plugin="portmap",outcome="ok"} 1' in metrics
         assert 'cnichain_agent_reconcile_repairs_total{plugin="bridge",outcome="ok"} 1' in metrics
-        assert 'cnichain_agent_reconcile_repairs_total{plugin="bandwidth",outcome="ok"}' in metrics
+        assert 'cnichain_agent_reconcile_repairs_total{plugin="bandwidth",outcome="ok"} 2' in metrics
         assert "cnichain_agent_reconcile_sweeps_total 1\n" in metrics  # only the first sweep: the events did it
         assert "cnichain_agent_reconciler_up 1" in metrics
         with open(agent.log_path) as fh:
@@ -167,7 +171,7 @@ def test_flushed_ruleset_and_deleted_qdiscs_come_back_from_the_plugins_own_state
         assert "reconcile: repaired portmap of rcnet/ctr-pod/eth0" in log
         shown = cli("agent", "status", "--socket", node.sock).stdout
         assert "  rcnet/ctr-pod/eth0: bandwidth " in shown  # each plugin's state: ok, or repaired since
-        assert "bandwidth/ok 1" in shown and "portmap/ok 1" in shown and "bridge/ok 1" in shown
+        assert "bandwidth/ok 2" in shown and "portmap/ok 1" in shown and "bridge/ok 1" in shown
     node.runtime.delete(node.conf, att)
     assert names.TABLE not in lab.run(lab.node, "nft", "list", "tables").stdout or not node.lab.run(
         lab.node, "nft", "list", "chain", "inet", names.TABLE, names.dnat_chain(names.owner_id("rcnet", "ctr-pod")),

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from cnichain.cli.podstate import gc as gc_mod
 from cnichain.cli.podstate.cache import CacheEntry
@@ -119,18 +120,39 @@ class Reconciler:
         found, _blind = targets(self.cfg.cache_dirs, self.cfg.in_scope)
         self._forget_vanished(found)
         done = 0
-        for t in found:
-            if t.entry.netns_alive is not True:
-                continue
-            try:
-                pairs = repair.requests(t, self.cfg.plugin_dirs(), kinds)
-            except Exception as exc:  # noqa: BLE001 - one bad entry never stops the pass
-                self.log(f"reconcile: {t.key}: cannot build its plugins' input: {exc}")
-                continue
-            for rep, req in pairs:
-                done += self._one(t, rep, req)
+        with ExitStack() as stack:
+            surveys: dict[str, Any] = {}
+            for t in found:
+                if t.entry.netns_alive is not True:
+                    continue
+                try:
+                    pairs = repair.requests(t, self.cfg.plugin_dirs(), kinds)
+                except Exception as exc:  # noqa: BLE001 - one bad entry never stops the pass
+                    self.log(f"reconcile: {t.key}: cannot build its plugins' input: {exc}")
+                    continue
+                for rep, req in pairs:
+                    if self._intact(stack, surveys, t, rep, req):
+                        continue
+                    done += self._one(t, rep, req)
         self._check_watch()
         return done
+
+    def _intact(self, stack: ExitStack, surveys: dict[str, Any], t: Target, rep: repair.Repairer,
+                req: Request) -> bool:
+        """The survey's quick answer, for state already known to be ours and healthy; any doubt
+        (a survey or question that fails) means: run the full check."""
+        key = f"{t.key}|{rep.plugin_type}"
+        if key not in self.owned or self.health.get(key) not in (OK, REPAIRED):
+            return False
+        try:
+            if rep.plugin_type not in surveys:
+                surveys[rep.plugin_type] = rep.survey(stack)
+            if rep.intact(surveys[rep.plugin_type], req):
+                self.health[key] = OK
+                return True
+        except Exception:  # noqa: BLE001 - doubt: the full check decides
+            surveys.pop(rep.plugin_type, None)
+        return False
 
     def _one(self, t: Target, rep: repair.Repairer, req: Request) -> int:
         key = f"{t.key}|{rep.plugin_type}"

@@ -12,12 +12,17 @@ send (:mod:`.attachments`), in the node namespace the agent runs in -- there is 
   addresses, which the reconciler does not re-create); repaired by its ``add_masquerade``.
 
 A repairer answers only for state of its kind of change (:mod:`.netlink_events`), so an nftables
-deletion does not make every bandwidth CHECK run.
+deletion does not make every bandwidth CHECK run.  And a pass reads each plugin's kernel state
+once (its *survey*: portmap's table, the masquerade chain, one host netlink session), then asks a
+*quick* question per attachment of it -- are its chains, keys, rules, IFB and qdiscs there --
+and runs the plugin's full CHECK only for an attachment whose quick answer is no.  A pass over a
+node of intact pods therefore costs about one listing, not one CHECK per pod.
 """
 
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -36,6 +41,8 @@ class Repairer:
     check: Callable[[Request], Optional[str]]  # None: all there; else what is missing
     repair: Callable[[Request], None]
     undo: Callable[[Request], None]  # remove what a repair put back (the attachment was deleted meanwhile)
+    survey: Callable[[ExitStack], Any]  # one read of this plugin's kernel state, for a whole pass
+    intact: Callable[[Any, Request], bool]  # per attachment, against the survey: True = nothing to check
 
 
 def _checked(handler: Callable[[Request], Any]) -> Callable[[Request], Optional[str]]:
@@ -55,6 +62,31 @@ def _portmap_applies(req: Request) -> bool:
     from cnichain.plugins.portmap.config import load
 
     return bool(load(req.conf).mappings) and req.prev_result is not None
+
+
+def _portmap_survey(_stack: ExitStack) -> Any:
+    from cnichain.plugins.portmap import kernel
+
+    return kernel.snapshot()  # None: no table at all
+
+
+def _portmap_intact(snap: Any, req: Request) -> bool:
+    from cnichain.plugins.portmap.config import container_ips, load
+    from cnichain.plugins.portmap.names import dnat_chain, masq_chain
+    from cnichain.plugins.portmap.plan import SKELETON_RULES, plan_owner
+
+    if snap is None:
+        return False
+    if any(len(snap.comments.get(chain, [])) < n for chain, n in SKELETON_RULES.items()):
+        return False
+    prev = req.require_prev_result()
+    plan = plan_owner(req.network_name, req.container_id, load(req.conf), container_ips(prev, req.ifname))
+    if plan.empty:
+        return True
+    have = snap.comments.get(dnat_chain(plan.owner))
+    if have is None or any(k not in have or k not in snap.elements for k in plan.dnat_keys + plan.masq_keys):
+        return False
+    return not plan.masq_rules or len(snap.comments.get(masq_chain(plan.owner), [])) >= len(plan.masq_rules)
 
 
 def _portmap_check(req: Request) -> Optional[str]:
@@ -83,6 +115,55 @@ def _bandwidth_applies(req: Request) -> bool:
     return load(req.conf).shaped and req.prev_result is not None
 
 
+class _HostTc:
+    """One host netlink session with every link and qdisc of the node, dumped once per pass."""
+
+    def __init__(self, host: Any) -> None:
+        from cnichain.plugins.bandwidth import kernel
+
+        self.host = host
+        self.links = {str(m.get_attr("IFLA_IFNAME")): kernel._link(m) for m in host.get_links()}
+        self.qdiscs: dict[int, set[tuple[str, int, int]]] = {}
+        for m in host.get_qdiscs():
+            self.qdiscs.setdefault(int(m["index"]), set()).add(
+                (str(m.get_attr("TCA_KIND") or ""), int(m["handle"]), int(m["parent"])))
+
+    def has(self, index: int, kind: str, parent: int) -> bool:
+        return any(k == kind and p == parent for k, _h, p in self.qdiscs.get(index, ()))
+
+
+def _bandwidth_survey(stack: ExitStack) -> Any:
+    from cnichain.common import netlink
+
+    return _HostTc(stack.enter_context(netlink.session()))
+
+
+def _bandwidth_intact(tc: Any, req: Request) -> bool:
+    """The structure CHECK verifies, from the survey and one filter dump, without entering the pod:
+    the host veth named in the result, its TBF, the IFB, its TBF, the ingress qdisc, the redirect."""
+    from cnichain.plugins.bandwidth import kernel
+    from cnichain.plugins.bandwidth.config import ifb_name, load
+
+    cfg = load(req.conf)
+    prev = req.require_prev_result()
+    veths = [tc.links[i.name] for i in prev.interfaces
+             if not i.sandbox and i.name in tc.links and tc.links[i.name].kind == "veth"]
+    if len(veths) != 1:
+        return False
+    veth = veths[0]
+    if cfg.ingress is not None and not tc.has(veth.index, "tbf", kernel.TC_H_ROOT):
+        return False
+    if cfg.egress is not None:
+        ifb = tc.links.get(ifb_name(req.network_name, req.container_id))
+        if ifb is None or not tc.has(ifb.index, "tbf", kernel.TC_H_ROOT):
+            return False
+        if not tc.has(veth.index, "ingress", kernel.TC_H_INGRESS):
+            return False
+        if ifb.index not in kernel.redirect_targets(tc.host, veth.index):
+            return False
+    return True
+
+
 def _bandwidth_check(req: Request) -> Optional[str]:
     from cnichain.plugins.bandwidth.plugin import cmd_check
 
@@ -98,10 +179,12 @@ def _bandwidth_repair(req: Request) -> None:
 
 
 def _drop_dead_redirect(req: Request) -> None:
-    """The ingress qdisc DEL leaves when our IFB was deleted under it: its filters redirect only
-    to links that no longer exist, so it shapes nothing and belongs to no one else's set-up, but
-    it makes ADD's own ingress qdisc fail with EEXIST.  Anything else on the veth is kept.  (The
-    kernel reports a redirect to a deleted device with ifindex 0.)"""
+    """The ingress qdisc DEL leaves when our IFB or our redirect was deleted under it: no filter,
+    or filters that redirect only to links that no longer exist.  It shapes nothing, and on the
+    veth of an attachment whose shaping this reconciler saw installed (the only ones it repairs)
+    it is what is left of ours; it would make ADD's own ingress qdisc fail with EEXIST.  An ingress
+    qdisc with a filter of another kind (bpf, flower...) or a redirect to a live device is kept.  (The kernel reports a redirect to a deleted
+    device with ifindex 0.)"""
     from cnichain.common import netlink
     from cnichain.plugins.bandwidth import kernel
 
@@ -109,8 +192,10 @@ def _drop_dead_redirect(req: Request) -> None:
         veth = kernel.host_veth_by_peer(host, kernel.veth_peer_index(req.netns, req.ifname))
         if not kernel.has_ingress_qdisc(host, veth.index):
             return
+        foreign = [m for m in host.get_filters(index=veth.index, parent=kernel.INGRESS_HANDLE)
+                   if m.get_attr("TCA_KIND") not in (None, "u32")]
         targets = kernel.redirect_targets(host, veth.index)
-        if targets and not any(i > 0 and kernel.get_link(host, index=i) is not None for i in targets):
+        if not foreign and not any(i > 0 and kernel.get_link(host, index=i) is not None for i in targets):
             kernel.delete_qdisc(host, veth.index, kernel.INGRESS_HANDLE, kernel.TC_H_INGRESS)
 
 
@@ -132,6 +217,24 @@ def _bridge_applies(req: Request) -> bool:
 
     cfg = load(req.conf, req.args, with_mac=False)
     return cfg.ip_masq and cfg.is_layer3 and bool(_bridge_addresses(req))
+
+
+def _bridge_survey(_stack: ExitStack) -> Any:
+    from cnichain.plugins.bridge import kernel, rules
+
+    listing = kernel.masquerade_listing()
+    out: dict[str, set[str]] = {}
+    for rule in rules.rules_in(listing):
+        tag = str(rule.get("comment", ""))[:33]
+        out.setdefault(tag, set()).update(a.split("/")[0] for a in rules.rule_addresses(rule))
+    return out
+
+
+def _bridge_intact(tags: Any, req: Request) -> bool:
+    from cnichain.plugins.bridge import rules
+
+    have = tags.get(rules.owner_tag(req.network_name, req.container_id, req.ifname), set())
+    return {a.split("/")[0] for a in _bridge_addresses(req)} <= have
 
 
 def _bridge_check(req: Request) -> Optional[str]:
@@ -158,10 +261,12 @@ def _bridge_undo(req: Request) -> None:
 REPAIRERS = {
     r.plugin_type: r
     for r in (
-        Repairer("portmap", frozenset({ev.NFT}), _portmap_applies, _portmap_check, _portmap_repair, _portmap_undo),
+        Repairer("portmap", frozenset({ev.NFT}), _portmap_applies, _portmap_check, _portmap_repair, _portmap_undo,
+                 _portmap_survey, _portmap_intact),
         Repairer("bandwidth", frozenset({ev.TC}), _bandwidth_applies, _bandwidth_check, _bandwidth_repair,
-                 _bandwidth_undo),
-        Repairer("bridge", frozenset({ev.NFT}), _bridge_applies, _bridge_check, _bridge_repair, _bridge_undo),
+                 _bandwidth_undo, _bandwidth_survey, _bandwidth_intact),
+        Repairer("bridge", frozenset({ev.NFT}), _bridge_applies, _bridge_check, _bridge_repair, _bridge_undo,
+                 _bridge_survey, _bridge_intact),
     )
 }
 
