@@ -55,6 +55,14 @@ class Watched:
     request: Request
 
 
+def _ours(t: Target) -> bool:
+    """Whether the attachment's conflist runs one of our plugin types (containerd's own
+    ``cni-loopback`` network, say, does not: its leaks are not ours to collect)."""
+    from cnichain.plugins.registry import MODULES
+
+    return any(p.get("type") in MODULES for p in t.conflist.plugins)
+
+
 class Reconciler:
     def __init__(self, cfg: ReconcileConfig, log: Callable[[str], None], sandboxes: Optional[object] = None,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
@@ -268,6 +276,9 @@ class Reconciler:
                 self.leaks[key] = f"netns gone for {age:.0f} s (grace {self.cfg.grace:.0f} s)"
                 continue
             if self.retry_at.get(key, 0.0) > now:
+                continue
+            if t is not None and not _ours(t):
+                self.leaks[key] = "netns gone; its network runs none of our plugins: left to its runtime"
                 continue
             due.append((e, t))
             self.leaks[key] = "due for collection"
