@@ -42,6 +42,7 @@ from .budget import Budget
 from cnichain.cli.podstate.sandboxes import NoSandboxes
 from .settings import ReconcileConfig
 
+CONFIRM_SECONDS = 0.5  # state must stay missing this long before a repair (a DEL in progress ends first)
 WATCH_SECONDS = 15.0  # how long after a repair a vanished cache entry means "undo it"
 STALE_TMP_SECONDS = 3600.0  # a half-written cache file (a writer's crash) older than this is litter
 OK, MISSING, NOT_OURS, BACKOFF, REPAIRED, FAILED = "ok", "missing", "not-ours", "backoff", "repaired", "failed"
@@ -80,6 +81,7 @@ class Reconciler:
         self.leaks: dict[str, str] = {}  # attachment key -> its state as a leak candidate
         self.retry_at: dict[str, float] = {}  # attachment key -> next teardown attempt (after a failure)
         self.stale: list[dict] = []
+        self.suspect: dict[str, float] = {}  # key -> when its state was first found missing
         self.retry_kinds: set[str] = set()  # kinds whose repair failed: the loop retries them soon
         self.runtime_listing = getattr(self.sandboxes, "description", "")
         self._load()
@@ -170,6 +172,7 @@ class Reconciler:
             missing = f"check failed: {exc}"
         if missing is None:
             self.owned.add(key)
+            self.suspect.pop(key, None)
             self._set(key, OK, "")
             return 0
         if key not in self.owned:
@@ -181,6 +184,13 @@ class Reconciler:
             return 0
         if not (t.still_cached() and os.path.exists(t.entry.netns)):
             return 0  # the runtime is deleting it: nothing to re-create
+        # A runtime's DEL removes the chain's state plugin by plugin, then the cache entry: state
+        # that has just gone is confirmed missing once more before anything is re-created.
+        first = self.suspect.setdefault(key, now)
+        if now - first < CONFIRM_SECONDS:
+            self.retry_kinds |= rep.kinds
+            return 0
+        self.suspect.pop(key, None)
         if not self.acting:
             if self.health.get(key) != MISSING:
                 self.log(f"reconcile: would repair {rep.plugin_type} of {t.key}: {missing} (dry run)")
@@ -198,11 +208,13 @@ class Reconciler:
 
                 after += "\n" + traceback.format_exc(limit=6)
         ms = (time.perf_counter() - started) * 1000
+        # Watched whatever the outcome: a repair that failed half-way (the runtime's DEL took the
+        # veth meanwhile) may still have put something back.
+        self.watch[key] = Watched(now + WATCH_SECONDS, t, rep, req)
         if after is None:
             self.counters.repaired(rep.plugin_type, "ok")
             self._set(key, REPAIRED, missing)
             self.log(f"reconcile: repaired {rep.plugin_type} of {t.key} in {ms:.0f} ms (was: {missing})")
-            self.watch[key] = Watched(now + WATCH_SECONDS, t, rep, req)
         else:
             self.counters.repaired(rep.plugin_type, "failed")
             self._set(key, FAILED, after)
@@ -241,6 +253,7 @@ class Reconciler:
             if key.partition("|")[0] not in alive and key not in self.watch:
                 self.health.pop(key, None)
                 self.details.pop(key, None)
+                self.suspect.pop(key, None)
                 self.budget.forget(key)
         self.owned = {k for k in self.owned if k.partition("|")[0] in alive}
 

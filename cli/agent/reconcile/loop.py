@@ -29,7 +29,7 @@ from .settings import ReconcileConfig, parse
 
 PR_SET_PDEATHSIG = 1
 WATCH_TICK = 1.0  # while a repair is being watched, look at the cache this often
-RETRY_AFTER = 1.0  # a failed repair is tried again this soon (the budget bounds how often)
+RETRY_AFTER = 0.5  # a suspected loss is confirmed, a failed repair retried, this soon (budget-bounded)
 
 
 def _die_with_parent(parent: int) -> None:
