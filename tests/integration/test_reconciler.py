@@ -160,6 +160,8 @@ def test_flushed_ruleset_and_deleted_qdiscs_come_back_from_the_plugins_own_state
         lab.run(lab.node, "tc", "filter", "del", "dev", veth, "ingress")
         wait_for("the redirect to return", lambda: tc_json(lab, "filter", "show", "dev", veth, "ingress"))
         node.runtime.check(node.conf, Attachment(att.container_id, pod, "eth0"))
+        # The view is published after the pass that repaired: wait for it, bounded.
+        wait_for("the repairs to be counted", lambda: 'plugin="bandwidth",outcome="ok"} 2' in agent.metrics())
         metrics = agent.metrics()
         assert 'cnichain_agent_reconcile_repairs_total{plugin="portmap",outcome="ok"} 1' in metrics
         assert 'cnichain_agent_reconcile_repairs_total{plugin="bridge",outcome="ok"} 1' in metrics
@@ -192,6 +194,7 @@ def test_state_never_seen_installed_is_left_alone_and_dry_run_changes_nothing(no
         lab.run(lab.node, "nft", "flush", "ruleset")
         wait_for("the dry run to notice", lambda: node.plugin_states(att).get("portmap") == "missing")
         assert node.fetch(8082) == ""
+        wait_for("the dry run to be counted", lambda: 'outcome="dry-run"} 1' in agent.metrics())
         assert 'cnichain_agent_reconcile_repairs_total{plugin="portmap",outcome="dry-run"} 1' in agent.metrics()
     node.runtime.delete(node.conf, att)
 
@@ -232,6 +235,7 @@ def test_a_pod_whose_netns_vanished_is_collected_after_grace_and_live_pods_keep_
         # The pod's processes are gone and its namespace removed behind the runtime's back: no DEL.
         lab.delete_netns(dead_ns)
         wait_for("the dead pod's cache entry to go", lambda: not os.path.exists(os.path.join(cache, "rcnet-ctr-dead-eth0")))
+        wait_for("the collection to be counted", lambda: "leaks_collected_total 1" in agent.metrics())
         assert owners() == ["ctr-live"]
         links = lab.run(lab.node, "ip", "-o", "link", "show").stdout
         assert ifb_name("rcnet", "ctr-dead") not in links and ifb_name("rcnet", "ctr-live") in links

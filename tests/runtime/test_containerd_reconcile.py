@@ -81,9 +81,9 @@ def test_flushed_ruleset_and_deleted_qdiscs_come_back_under_containerd(cri_node:
             node.node_run("tc", "qdisc", "del", "dev", dev, "root" if kind == "tbf" else "ingress", check=False)
         assert not leftovers.shaping_qdiscs(node.node_run)
         wait_for("shaping to return", lambda: len(leftovers.shaping_qdiscs(node.node_run)) == 3)  # 2 TBF + ingress
-        metrics = running.metrics()
-        assert 'cnichain_agent_reconcile_repairs_total{plugin="portmap",outcome="ok"} 1' in metrics
-        assert 'cnichain_agent_reconcile_repairs_total{plugin="bandwidth",outcome="ok"}' in metrics
+        # The view is published after the pass that repaired: wait for it, bounded.
+        wait_for("the repairs to be counted", lambda: 'repairs_total{plugin="bandwidth",outcome="ok"}' in running.metrics())
+        assert 'cnichain_agent_reconcile_repairs_total{plugin="portmap",outcome="ok"} 1' in running.metrics()
     cri.stop_pod(pod.id)
     cri.remove_pod(pod.id)
     assert leftovers.everything(node.node_run) == []
@@ -113,7 +113,7 @@ def test_a_pod_whose_netns_vanished_is_kept_while_containerd_lists_it_and_collec
             "test", "-e", f"{leftovers.LIBCNI_CACHE_DIR}/{NETWORK}-{dead.id}-eth0", check=False).returncode != 0)
         with open(running.log_path) as fh:
             print(fh.read()[-4000:])  # shown if what follows fails
-        assert "cnichain_agent_reconcile_leaks_collected_total 1" in running.metrics()
+        wait_for("the collection to be counted", lambda: "leaks_collected_total 1" in running.metrics())
     assert len(leftovers.ipam_reservations(node.node_run)) == 1
     assert len(leftovers.ifbs(node.node_run)) == 1
     assert answers(cri_node, 18093) and not answers(cri_node, 18092)

@@ -5,7 +5,7 @@ took a pod's hostPorts, that someone deleted its qdiscs, or that the runtime for
 whose namespace is long gone.  The agent runs all the time; this package is what it does with that:
 
 * ``settings``: the options (``--reconcile off|dry-run|on``, ``--grace``, ``--network``,
-  ``--runtime-endpoint``, ``--sweep-interval``, ``--cache-dir``, ``--bin-dir``);
+  ``--runtime-endpoint``, ``--sweep-interval``, ``--cache-dir``, ``--bin-dir``, ``--mount-ns``);
 * ``netlink_events``: nftables and rtnetlink deletion notifications (the fast trigger);
 * ``attachments``: live attachments and each plugin's input, from the runtimes' result caches;
 * ``repair``: per plugin, its own check and its own repair (portmap, bandwidth, bridge's ipMasq);

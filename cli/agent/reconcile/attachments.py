@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from cnichain.cli.podstate.cache import CacheEntry, read_cache
 from cnichain.cli.runtime import Attachment, ConfigError, ConfList, Runtime
@@ -61,13 +61,14 @@ class Target:
             return False
 
 
-def targets(cache_dirs: list[str], in_scope: "Optional[object]" = None) -> tuple[list[Target], list[CacheEntry]]:
+def targets(cache_dirs: list[str], in_scope: Optional[Callable[[str], bool]] = None,
+            ) -> tuple[list[Target], list[CacheEntry]]:
     """(attachments with a usable cached conflist, entries without one), networks in scope only."""
     usable: list[Target] = []
     blind: list[CacheEntry] = []
     for d in cache_dirs:
         for e in read_cache(d):
-            if callable(in_scope) and not in_scope(e.network):
+            if in_scope is not None and not in_scope(e.network):
                 continue
             try:
                 mtime = os.stat(e.path).st_mtime

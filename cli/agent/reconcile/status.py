@@ -118,8 +118,10 @@ def render_text(doc: dict) -> str:
 
     c = counters_of(doc)
     last = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(c.last_sweep)) if c.last_sweep else "never"
+    pid = doc.get("pid")
+    alive = isinstance(pid, int) and os.path.exists(f"/proc/{pid}")
     lines = [
-        f"reconciler  pid {doc.get('pid')}  mode {doc.get('mode')}  grace {doc.get('grace')} s  "
+        f"reconciler  pid {pid}{'' if alive else ' (NOT RUNNING: this is its last view)'}  mode {doc.get('mode')}  grace {doc.get('grace')} s  "
         f"networks {','.join(doc.get('networks') or []) or 'all'}",
         f"runtime listing: {doc.get('runtime_listing')}",
         f"last sweep  {last} ({c.sweep_seconds * 1000:.0f} ms), {c.sweeps} sweep(s)",
