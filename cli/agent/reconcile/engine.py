@@ -43,7 +43,8 @@ from cnichain.cli.podstate.sandboxes import NoSandboxes
 from .settings import ReconcileConfig
 
 CONFIRM_SECONDS = 0.5  # state must stay missing this long before a repair (a DEL in progress ends first)
-WATCH_SECONDS = 15.0  # how long after a repair a vanished cache entry means "undo it"
+WATCH_SECONDS = 15.0
+DEL_TIMEOUT = 30.0  # per plugin exec of a collecting DEL: the loop repairs nothing meanwhile  # how long after a repair a vanished cache entry means "undo it"
 STALE_TMP_SECONDS = 3600.0  # a half-written cache file (a writer's crash) older than this is litter
 OK, MISSING, NOT_OURS, BACKOFF, REPAIRED, FAILED = "ok", "missing", "not-ours", "backoff", "repaired", "failed"
 
@@ -320,7 +321,7 @@ class Reconciler:
         from cnichain.cli.runtime import Runtime
 
         root = os.path.dirname(os.path.dirname(e.path))
-        lines, ok = gc_mod.execute(plan, lambda _e: Runtime(self.cfg.plugin_dirs(), root))
+        lines, ok = gc_mod.execute(plan, lambda _e: Runtime(self.cfg.plugin_dirs(), root, timeout=DEL_TIMEOUT))
         if ok and plan.deletions:
             if t is None:
                 self.counters.cache_pruned += 1
