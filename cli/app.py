@@ -8,6 +8,8 @@ from typing import List, Optional
 
 import typer
 
+from cnichain.cli.agent.reconcile import settings as reconcile_settings
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -213,6 +215,19 @@ def lint(
 NODE_CACHE_DIRS = ["/var/lib/cni", DEFAULT_CACHE]
 
 
+def _runtime_listing(endpoint: str) -> Optional[set]:
+    """The sandbox IDs the runtime on ``endpoint`` lists; None without an endpoint (fails without an answer)."""
+    if not endpoint:
+        return None
+    from cnichain.cli.podstate.sandboxes import CriSandboxes
+
+    problems: list[str] = []
+    ids = CriSandboxes(endpoint, problems.append).listed()
+    if ids is None:
+        _fail(problems[0] if problems else f"no answer from {endpoint}")
+    return ids
+
+
 @app.command()
 def inspect(
     network: str = typer.Argument("", help="Only containers attached to this network"),
@@ -223,6 +238,7 @@ def inspect(
     tuning_dir: List[str] = typer.Option(["/run/cni/tuning"], "--tuning-dir", help="tuning dataDir (repeatable; dirs named in cached conflists are added)"),
     node_netns: str = typer.Option("", "--node-netns", help="Read kernel state in this namespace instead of the caller's"),
     live: List[str] = typer.Option([], "--live", help="A container ID that is alive (repeatable): every other one is an orphan"),
+    runtime_endpoint: str = typer.Option("", "--runtime-endpoint", help="CRI socket: a sandbox ListPodSandbox lists is never stale"),
 ) -> None:
     """Show, per container, what our plugins hold on this node and flag orphans, whichever runtime made the pods.
 
@@ -235,7 +251,8 @@ def inspect(
     except ValueError as exc:
         _fail(str(exc), 2)
     src = view.Sources(cache_dirs=cache_dir, ipam_dirs=ipam_dir, tuning_dirs=tuning_dir,
-                       node_netns=node_netns or None, live=set(live) if live else None)
+                       node_netns=node_netns or None, live=set(live) if live else None,
+                       listed=_runtime_listing(runtime_endpoint))
     node = view.collect(src, network=network, container=container)
     typer.echo(render.render_json(node) if as_json else render.render_text(node))
 
@@ -251,6 +268,7 @@ def gc(
     node_netns: str = typer.Option("", "--node-netns", help="Run the plugins and read kernel state in this namespace"),
     ipam_dir: List[str] = typer.Option(["/var/lib/cni/networks"], "--ipam-dir", help="host-local dataDir to list what GC removes (repeatable)"),
     tuning_dir: List[str] = typer.Option(["/run/cni/tuning"], "--tuning-dir", help="tuning dataDir (repeatable)"),
+    runtime_endpoint: str = typer.Option("", "--runtime-endpoint", help="CRI socket: a sandbox ListPodSandbox lists is kept"),
 ) -> None:
     """Collect attachments of pods that no longer exist, from any runtime's result cache or a --valid list.
 
@@ -279,9 +297,11 @@ def gc(
     entries = [e for d in cache_dir for e in cache_mod.read_cache(d)]
     if conf_doc is not None:
         entries = [e for e in entries if e.network == conf_doc.get("name")]
-    src = view.Sources(cache_dirs=cache_dir, ipam_dirs=ipam_dir, tuning_dirs=tuning_dir, node_netns=node_netns or None)
+    listed = _runtime_listing(runtime_endpoint)
+    src = view.Sources(cache_dirs=cache_dir, ipam_dirs=ipam_dir, tuning_dirs=tuning_dir, node_netns=node_netns or None,
+                       listed=listed)
     node = view.collect(src, network=str(conf_doc.get("name")) if conf_doc else "")
-    plan = gc_mod.build(entries, conf_doc, pairs if valid else None, node)
+    plan = gc_mod.build(entries, conf_doc, pairs if valid else None, node, listed)
     if not apply:
         typer.echo(gc_mod.render(plan))
         return
@@ -328,8 +348,13 @@ def bench(
     raise typer.Exit(bench_mod.main(options=options))
 
 
-@app.command()
+agent_app = typer.Typer(help="The node agent: warm plugin handlers behind the installed shims, and the node's reconciler.")
+app.add_typer(agent_app, name="agent")
+
+
+@agent_app.callback(invoke_without_command=True)
 def agent(
+    ctx: typer.Context,
     socket_path: str = typer.Option("/run/cnichain/agent.sock", "--socket", envvar="CNICHAIN_AGENT_SOCKET", help="Unix socket the plugin shims connect to"),
     metrics_socket: Optional[str] = typer.Option(None, "--metrics-socket", help='Prometheus endpoint (HTTP on a unix socket); default "<socket>.metrics", "" disables'),
     metrics_port: int = typer.Option(0, "--metrics-port", help="Also serve /metrics on 127.0.0.1:PORT (opt-in)"),
@@ -339,14 +364,45 @@ def agent(
     pool: int = typer.Option(6, "--pool", help="Long-lived workers kept ready at least; more stay after a burst (0: none ahead of demand)"),
     worker_requests: int = typer.Option(1000, "--worker-requests", help="A worker retires after this many requests (1: a fresh process each)"),
     worker_rss_growth: int = typer.Option(64, "--worker-rss-growth", help="A worker retires when its resident memory grew by more MiB than this (0: never)"),
+    reconcile: str = typer.Option("on", "--reconcile", help="off | dry-run | on: re-install lost kernel state of live pods, collect leaked ones"),
+    grace: float = typer.Option(reconcile_settings.DEFAULT_GRACE, "--grace", help="Seconds an attachment's netns must be gone before it is collected"),
+    network: List[str] = typer.Option([], "--network", help="Reconcile only this network (repeatable; default all)"),
+    runtime_endpoint: str = typer.Option("", "--runtime-endpoint", help="CRI socket: sandboxes ListPodSandbox lists are never collected"),
+    sweep_interval: float = typer.Option(reconcile_settings.DEFAULT_SWEEP, "--sweep-interval", help="Seconds between full sweeps (behind the event-driven repair)"),
+    cache_dir: List[str] = typer.Option([], "--cache-dir", help="Result cache root holding results/ (repeatable; default /var/lib/cni and our runner's)"),
+    bin_dir: List[str] = typer.Option([], "--bin-dir", help="Plugin dir for collecting DELs (repeatable; default $CNI_PATH or /opt/cni/bin)"),
+    mount_ns: str = typer.Option("", "--mount-ns", help="Mount namespace the reconciler enters first (in a pod: the host's, /proc/1/ns/mnt)"),
 ) -> None:
-    """Run the node agent in the foreground: warm plugin handlers behind the installed shims."""
+    """Run the node agent in the foreground: warm plugin handlers behind the installed shims, plus the reconciler."""
+    if ctx.invoked_subcommand is not None:
+        return
     from cnichain.cli.agent import serve
-
+    rc = reconcile_settings.ReconcileConfig(mode=reconcile, grace=grace, networks=list(network), runtime_endpoint=runtime_endpoint,
+                         sweep_interval=sweep_interval, cache_dirs=list(cache_dir) or list(reconcile_settings.DEFAULT_CACHE_DIRS),
+                         bin_dirs=list(bin_dir), mount_ns=mount_ns)
+    try:
+        rc.validate()
+    except ValueError as exc:
+        _fail(str(exc), 2)
     raise typer.Exit(serve(socket_path, metrics_socket=metrics_socket, metrics_port=metrics_port,
                            request_timeout=request_timeout, max_workers=max_workers, log_file=log_file or None,
                            pool_size=max(0, pool), worker_requests=max(1, worker_requests),
-                           worker_rss_growth=max(0, worker_rss_growth) << 20))
+                           worker_rss_growth=max(0, worker_rss_growth) << 20, reconcile=rc))
+
+
+@agent_app.command("status")
+def agent_status(
+    socket_path: str = typer.Option("/run/cnichain/agent.sock", "--socket", envvar="CNICHAIN_AGENT_SOCKET", help="The agent's socket"),
+    as_json: bool = typer.Option(False, "--json", help="The reconciler's whole view as JSON"),
+) -> None:
+    """The reconciler's view: mode, last sweep, counters, each attachment's state, leaks and stale cache entries."""
+    from cnichain.cli.agent.reconcile import status as rstatus
+    path = reconcile_settings.status_path(socket_path)
+    doc = rstatus.read(path)
+    if doc is None:
+        _fail(f"no reconciler status at {path} (agent not running, or --reconcile off)")
+        return
+    typer.echo(json.dumps(doc, indent=2, sort_keys=True) if as_json else rstatus.render_text(doc))
 
 
 @app.command()

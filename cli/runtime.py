@@ -180,6 +180,9 @@ class Runtime:
             "containerId": att.container_id,
             "ifName": att.ifname,
             "networkName": conflist.name,
+            # libcni caches the conflist's bytes (base64 in JSON), so a later DEL, GC or the agent's
+            # reconciler can act on the attachment without the file it came from.
+            "config": base64.b64encode(json.dumps(conflist.raw).encode()).decode(),
             "netns": att.netns,
             "cniArgs": att.cni_args,
             "capabilityArgs": att.capability_args,

@@ -6,11 +6,13 @@ what :func:`cnichain.cli.agent.control.agent_command` starts) both end in an :cl
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass, field
 from typing import Optional
 
 from cnichain.cli.agent.protocol import MAX_REQUEST
+from cnichain.cli.agent.reconcile.settings import ReconcileConfig, add_arguments, from_args
 from cnichain.common import shim
 
 READ_TIMEOUT = 5.0  # from accept to a complete request
@@ -34,6 +36,7 @@ class AgentConfig:
     log_file: Optional[str] = None  # default: stderr
     extra_plugins: dict[str, str] = field(default_factory=dict)  # type -> module exposing PLUGIN
     fork_delegates: bool = True  # run delegates that would come back to us in a fork, not an exec
+    reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)  # see cli/agent/reconcile/
 
     @property
     def metrics_path(self) -> str:
@@ -47,8 +50,6 @@ class AgentConfig:
 
 
 def parse_args(argv: Optional[list[str]] = None) -> AgentConfig:
-    import argparse
-
     p = argparse.ArgumentParser(prog="cnichain agent", description="Serve CNI plugin requests warm (see cli/agent/).")
     p.add_argument("--socket", default=os.environ.get(shim.ENV_SOCKET) or shim.DEFAULT_SOCKET)
     p.add_argument("--metrics-socket", default=None, help='default "<socket>.metrics"; "" disables')
@@ -67,6 +68,7 @@ def parse_args(argv: Optional[list[str]] = None) -> AgentConfig:
                    help="exec IPAM delegates even when they are our own launchers (default: fork them)")
     p.add_argument("--plugin", action="append", default=[], metavar="TYPE=MODULE",
                    help="also serve a plugin from a module exposing PLUGIN (repeatable)")
+    add_arguments(p)
     ns = p.parse_args(argv)
     extra = {}
     for item in ns.plugin:
@@ -87,4 +89,14 @@ def parse_args(argv: Optional[list[str]] = None) -> AgentConfig:
         log_file=ns.log_file,
         extra_plugins=extra,
         fork_delegates=not ns.exec_delegates,
+        reconcile=_reconcile(p, ns),
     )
+
+
+def _reconcile(p: argparse.ArgumentParser, ns: argparse.Namespace) -> ReconcileConfig:
+    cfg = from_args(ns)
+    try:
+        cfg.validate()
+    except ValueError as exc:
+        p.error(str(exc))
+    return cfg

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 MAX_HTTP_REQUEST = 8192  # a GET for /metrics is a few dozen bytes; answer once this much arrived
@@ -51,6 +52,7 @@ class Metrics:
         self.rejected = 0
         self.inflight = 0
         self.workers: dict[str, int] = {}  # how request workers were started: "pooled" or "forked"
+        self.sources: list[Callable[[], list[str]]] = []  # more families (the reconciler's), rendered last
 
     def done(self, plugin: str, command: str, outcome: str, seconds: float) -> None:
         key = (plugin, command, outcome)
@@ -95,6 +97,8 @@ class Metrics:
         lines.append(f"cnichain_agent_inflight {self.inflight}")
         lines += _family("cnichain_agent_start_time_seconds", "gauge", "Unix time the agent started.")
         lines.append(f"cnichain_agent_start_time_seconds {self.started:.3f}")
+        for source in self.sources:
+            lines += source()
         return "\n".join(lines) + "\n"
 
 

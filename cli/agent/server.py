@@ -34,6 +34,8 @@ from cnichain.cli.agent.inflight import InFlight
 from cnichain.cli.agent.log import AgentLog
 from cnichain.cli.agent.metrics import Metrics
 from cnichain.cli.agent.pool_keeper import PoolKeeper
+from cnichain.cli.agent.reconcile import Process as Reconciler
+from cnichain.cli.agent.reconcile.settings import status_path
 from cnichain.cli.agent.warmup import exercise, load_plugins, preload
 from cnichain.common import shim
 from cnichain.common.record import FrozenRecord
@@ -82,6 +84,10 @@ class Agent:
         self.stop_now = False
         self._wake_r, self._wake_w = socket.socketpair()
         self._signals: list[int] = []
+        config.reconcile.status_file = config.reconcile.status_file or status_path(config.socket_path)
+        config.reconcile.log_file = config.reconcile.log_file or config.log_file
+        self.reconciler = Reconciler(config.reconcile, self.log)
+        self.metrics.sources.append(self.reconciler.metric_lines)
 
     # -- set-up ------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -107,6 +113,8 @@ class Agent:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         self.sel.register(self._wake_r, selectors.EVENT_READ, (events.WAKE, None))
+        self.log.flush_before_fork()
+        self.reconciler.start()  # its own process: never a thread in this forking loop
         metrics_socket = self.cfg.metrics_path
         if metrics_socket:
             self._listen_unix(metrics_socket, LISTEN_METRICS)
@@ -192,6 +200,7 @@ class Agent:
         self.pool.close()
         for conn in list(self.conns.values()):
             self._close(conn)
+        self.reconciler.stop()
         self.log("stopped")
         return 0
 

@@ -10,11 +10,19 @@ The plan is built first and printed; only ``--apply`` executes it.  Steps:
    runtime, or left by a DEL that failed).  The plan lists that state, read as ``inspect`` does.
 
 "Live" is the operator's ``--valid`` list when given; otherwise an attachment is live unless the
-namespace path its cache entry names is gone.  An entry that names no namespace is kept.
+namespace path its cache entry names is gone -- and, when the runtime was asked
+(``--runtime-endpoint``, :mod:`.sandboxes`), it does not list the sandbox.  An entry that names no
+namespace is kept.
+
+Result-cache hygiene: a DEL that succeeds removes the entry (as libcni does).  A dead entry whose
+conflist is known neither in the cache nor on the command line cannot be DELed; ``--apply``
+removes its file (stale entries otherwise pile up by the hundred thousand, multus#1488), and says
+that its plugins' state, if any, is left to CNI GC of its network and shown by ``inspect``.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional
 
@@ -73,7 +81,7 @@ def _state_summary(cv: ContainerView, network: str) -> list[str]:
 
 
 def build(entries: list[CacheEntry], conflist: Optional[dict], valid: Optional[list[tuple[str, str]]],
-          node: Optional[NodeView]) -> Plan:
+          node: Optional[NodeView], listed: Optional[set[str]] = None) -> Plan:
     """The plan, from cache entries (already filtered to the network of interest, if any)."""
     plan = Plan()
     configs: dict[str, dict] = {}
@@ -89,6 +97,8 @@ def build(entries: list[CacheEntry], conflist: Optional[dict], valid: Optional[l
             why = "in --valid" if alive else "not in --valid"
         elif e.netns_alive is None:
             alive, why = True, "its cache entry names no network namespace"
+        elif listed is not None and e.container_id in listed:
+            alive, why = True, "the runtime still lists its sandbox"
         else:
             alive = bool(e.netns_alive)
             why = f"netns {e.netns} {'exists' if alive else 'is gone'}"
@@ -151,8 +161,11 @@ def render(plan: Plan, applied: Optional[list[str]] = None) -> str:
     verb = "" if applied is not None else "would "
     for d in plan.deletions:
         e = d.entry
-        how = "" if d.conflist is not None else "  (cannot: no conflist known; pass it as CONFLIST)"
-        lines.append(f"{verb}DEL   {e.network}/{e.container_id}/{e.ifname}: {d.reason}{how}")
+        if d.conflist is None:
+            lines.append(f"{verb}drop  {e.network}/{e.container_id}/{e.ifname}: {d.reason}; no conflist known, "
+                         f"so only its stale cache file {e.path} (pass CONFLIST to DEL it)")
+            continue
+        lines.append(f"{verb}DEL   {e.network}/{e.container_id}/{e.ifname}: {d.reason}")
     for e, why in plan.kept:
         lines.append(f"keep  {e.network}/{e.container_id}/{e.ifname}: {why}")
     for c in plan.collections:
@@ -184,7 +197,15 @@ def execute(plan: Plan, runtime_for: Callable[[CacheEntry | None], Runtime]) -> 
     for d in plan.deletions:
         e = d.entry
         if d.conflist is None:
-            ok = False
+            try:
+                os.unlink(e.path)
+                out.append(f"removed stale cache file {e.path} (no conflist: its plugins' state, if any, is "
+                           "left to CNI GC of its network)")
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                ok = False
+                out.append(f"cannot remove {e.path}: {exc.strerror}")
             continue
         try:
             conf = ConfList.from_dict(d.conflist, e.path)

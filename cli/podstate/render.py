@@ -57,10 +57,14 @@ def render_text(view: NodeView) -> str:
         full = "  EXHAUSTED: the next ADD fails" if pool.free == 0 else ""
         lines.append(f"pool {pool.network}  {pool.range_set}  {pool.free} of {pool.capacity} free  "
                      f"dir={pool.data_dir}{full}")
+    for st in view.stale_cache:
+        how = "gc DELs it with its cached conflist" if st["has_config"] else "no conflist cached: gc removes the file"
+        lines.append(f"stale cache entry {st['cache_file']}: {st['why']} ({how})")
     for p in view.problems:
         lines.append(f"could not read {p}")
     orphans = sum(1 for c in view.containers if c.orphan)
-    lines.append(f"{len(view.containers)} container(s), {orphans} orphan(s)")
+    lines.append(f"{len(view.containers)} container(s), {orphans} orphan(s), "
+                 f"{len(view.stale_cache)} stale cache entr{'y' if len(view.stale_cache) == 1 else 'ies'}")
     return "\n".join(lines)
 
 

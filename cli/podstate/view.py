@@ -29,6 +29,7 @@ class Sources:
     node_netns: Optional[str] = None
     live: Optional[set[str]] = None  # container IDs the operator says are alive
     read_kernel: bool = True
+    listed: Optional[set[str]] = None  # sandbox IDs the runtime lists (None: not asked / no answer)
 
 
 @dataclass
@@ -85,6 +86,7 @@ class NodeView:
     sources: dict = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # sources that could not be read
     pools: list[files.Pool] = field(default_factory=list)  # host-local range sets of cached networks
+    stale_cache: list[dict] = field(default_factory=list)  # result-cache entries of attachments that are gone
 
     def to_dict(self) -> dict:
         return {
@@ -93,6 +95,7 @@ class NodeView:
             "unattributed": self.unattributed,
             "sources": self.sources,
             "problems": self.problems,
+            "stale_cache": self.stale_cache,
             "orphans": sorted(c.container_id for c in self.containers if c.orphan),
         }
 
@@ -156,6 +159,10 @@ def collect(src: Sources, network: str = "", container: str = "") -> NodeView:
 
     for e in entries:
         get(e.container_id).attachments.append(e)
+        why = stale_reason(e, src.listed)
+        if why and (not network or e.network == network) and (not container or e.container_id == container):
+            view.stale_cache.append({"cache_file": e.path, "network": e.network, "container_id": e.container_id,
+                                     "ifname": e.ifname, "why": why, "has_config": e.config is not None})
     for d in ipam_dirs:
         for r in files.read_reservations(d):
             get(r.container_id).reservations.append(r)
@@ -179,6 +186,16 @@ def collect(src: Sources, network: str = "", container: str = "") -> NodeView:
     view.containers = chosen
     view.pools = pools_of(entries, network)
     return view
+
+
+def stale_reason(e: cache_mod.CacheEntry, listed: Optional[set[str]]) -> str:
+    """Why a cache entry is stale ("" when it is not): its namespace is gone and the runtime, when
+    it was asked, does not list its sandbox.  An entry naming no namespace is never stale."""
+    if e.netns_alive is not False:
+        return ""
+    if listed is not None and e.container_id in listed:
+        return ""
+    return f"netns {e.netns} is gone" + ("" if listed is None else " and the runtime does not list the sandbox")
 
 
 def _read_kernel(src: Sources, entries: list[cache_mod.CacheEntry], get: Any, view: NodeView,

@@ -542,6 +542,9 @@ def reference_masquerade_present(network: str, container_id: str, ifname: str) -
     from cnichain.common import reference_rules
 
     return reference_rules.present(reference_rules.masquerade_target(network, container_id, ifname))
+def masquerade_listing() -> Optional[list[dict]]:
+    """Our masquerade chain as libnftables JSON (None: no table); read-only, for whole-node views."""
+    return _listing(_masq_list())
 
 
 def masquerade_addresses(network: str, container_id: str, ifname: str) -> Optional[list[str]]:

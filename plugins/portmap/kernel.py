@@ -1,4 +1,4 @@
-"""Every kernel effect of portmap: its nftables table, route_localnet and the UDP conntrack flush.
+"""Every kernel effect of portmap: its nftables table, route_localnet and the UDP/SCTP conntrack flush.
 
 nftables goes through libnftables' JSON API (:mod:`cnichain.common.nft`, one handle per process):
 every change is one list of JSON commands built by :mod:`.plan` or :mod:`.rebuild`, applied as one
@@ -10,7 +10,8 @@ file on disk), it lists our table once and rebuilds the keys involved (:mod:`.re
 
 route_localnet and the interface routing to the pod need no pyroute2: the route is found in
 ``/proc/net/route`` of the calling thread's namespace.  The conntrack flush does need netlink and
-imports pyroute2 only when there are UDP mappings, exactly when the reference flushes.
+imports pyroute2 only when there are UDP or SCTP mappings: at ADD (as the reference) and at DEL
+(which the reference does not do, so a client's UDP keeps going to a deleted pod).
 """
 
 from __future__ import annotations
@@ -130,25 +131,28 @@ def install(plan: OwnerPlan) -> None:
     _slow(lambda snap: rebuild(snap, add=plan))
 
 
-def remove(owner: str, plan: Optional[OwnerPlan] = None) -> None:
+def remove(owner: str, plan: Optional[OwnerPlan] = None) -> list[str]:
     """DEL: with the ``plan`` the config describes, one self-checking transaction and no listing
     (see :mod:`.plan`); otherwise, or when the kernel holds something else for this container,
-    list its chain (small), delete it and its keys in one transaction."""
+    list its chain (small), delete it and its keys in one transaction.  Returns the DNAT keys the
+    container held (for the conntrack flush), empty when it held none."""
     if plan is not None:
         try:
             _apply(config_delete(plan))
-            return
+            return list(plan.dnat_keys)
         except NftError as exc:
             log.debug(f"portmap: DEL from config for {owner} refused ({exc.text.splitlines()[0]}); listing")
     comments = owner_comments(owner)
     if comments is None:
-        return  # never added, or already deleted
+        return []  # never added, or already deleted
+    held = names.keys_of_rules(comments)[0]
     try:
         _apply(fast_delete(owner, comments))
-        return
+        return held
     except NftError as exc:
         log.debug(f"portmap: fast DEL for {owner} refused ({exc.text.splitlines()[0]}); rebuilding")
     _slow(lambda snap: rebuild(snap, remove=[owner]))
+    return held
 
 
 def remove_reference_rules(network: str, container_id: str) -> None:
@@ -227,12 +231,21 @@ def enable_route_localnet(ifname: str) -> None:
         raise plugin_error(f"unable to enable route_localnet: {exc}") from None
 
 
-def flush_udp_conntrack(family: int, ports: list[int]) -> int:
-    """Delete conntrack entries of UDP flows to ``ports`` so they re-evaluate the new DNAT.
+# Connectionless protocols: a conntrack entry made before a mapping changed keeps steering a
+# client's datagrams to where they went before (un-NATed, or to a deleted pod) for as long as the
+# client keeps sending.  TCP needs no flush: a new connection is a new entry.
+CONNTRACK_PROTOCOLS = ("udp", "sctp")
 
-    Without this a client that kept sending before the pod existed stays pinned to the stale,
-    un-NATed entry.  Failures are logged, never fatal (as in the reference).  Returns the number
-    of entries deleted.
+
+def flush_conntrack(family: int, protocol: str, ports: list[int], pod_ips: Optional[set[str]] = None) -> int:
+    """Delete conntrack entries of ``protocol`` flows to host ``ports`` so they re-evaluate the DNAT.
+
+    ADD flushes every entry to the port: a client that kept sending before the pod existed (or
+    while another pod had the port) is otherwise pinned to the stale entry.  DEL passes the
+    deleted pod's ``pod_ips`` and flushes only the flows DNATed to it (their reply comes from the
+    pod), so flows to another pod sharing the port keep going.  Through netlink (pyroute2's
+    conntrack socket).  Failures are logged, never fatal (as in the reference).  Returns the
+    number of entries deleted.
     """
     if not ports:
         return 0
@@ -245,13 +258,16 @@ def flush_udp_conntrack(family: int, ports: list[int]) -> int:
         from pyroute2.conntrack import NFCTAttrTuple
 
         fam = socket.AF_INET if family == 4 else socket.AF_INET6
+        proto = socket.IPPROTO_UDP if protocol == "udp" else socket.IPPROTO_SCTP
         ct = Conntrack()
         try:
             for port in sorted(wanted):
-                match = NFCTAttrTuple(family=fam, proto=socket.IPPROTO_UDP, dport=port)
+                match = NFCTAttrTuple(family=fam, proto=proto, dport=port)
                 for entry in list(ct.dump_entries(tuple_orig=match)):
                     orig = entry.tuple_orig
-                    if orig.proto != socket.IPPROTO_UDP or orig.dport != port:
+                    if orig.proto != proto or orig.dport != port:
+                        continue
+                    if pod_ips is not None and getattr(entry.tuple_reply, "saddr", None) not in pod_ips:
                         continue
                     try:
                         ct.entry("del", tuple_orig=orig)
@@ -261,7 +277,7 @@ def flush_udp_conntrack(family: int, ports: list[int]) -> int:
         finally:
             ct.close()
     except failures() as exc:
-        log.warning(f"portmap: could not flush UDP conntrack entries for ports {sorted(wanted)}: {exc}")
+        log.warning(f"portmap: could not flush {protocol} conntrack entries for ports {sorted(wanted)}: {exc}")
     return deleted
 
 

@@ -133,6 +133,18 @@ def key_from_element(map_name: str, key: object) -> Optional[str]:
     return f"ip/{first}/{proto}/{port}"
 
 
+def key_port(key: str) -> Optional[tuple[int, str, int]]:
+    """(family, protocol, host port) a DNAT key serves; None for a masquerade key."""
+    kind, _, rest = key.partition("/")
+    if kind == "any":
+        fam, proto, port = rest.split("/")
+        return int(fam), proto, int(port)
+    if kind == "ip":
+        addr, proto, port = rest.rsplit("/", 2)
+        return (6 if ":" in addr else 4), proto, int(port)
+    return None
+
+
 def keys_of_rules(comments: Iterable[str]) -> tuple[list[str], list[str]]:
     dnat, masq = [], []
     for c in comments:

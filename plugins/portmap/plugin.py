@@ -72,9 +72,10 @@ def cmd_add(req: Request) -> Result:
         undo.unwind()  # all or nothing
         raise
     for family in sorted(ips):
-        udp = sorted({m.host_port for m in cfg.mappings if m.protocol == "udp" and m.applies_to(family)})
-        if udp:
-            kernel.flush_udp_conntrack(family, udp)
+        for proto in kernel.CONNTRACK_PROTOCOLS:
+            ports = sorted({m.host_port for m in cfg.mappings if m.protocol == proto and m.applies_to(family)})
+            if ports:
+                kernel.flush_conntrack(family, proto, ports)
     return prev
 
 
@@ -87,20 +88,39 @@ def cmd_del(req: Request) -> None:
         log.skipped("DEL", [f"the portmap keys ({exc.msg}); removing by container ID"])
         cfg = None
     plan = None
-    if cfg is not None and cfg.mappings:
+    ips: dict[int, str] = {}
+    try:
+        prev = req.prev_result
+    except CniError:
+        prev = None
+    if prev is not None:
+        ips = container_ips(prev, req.ifname)
+    if cfg is not None and cfg.mappings and prev is not None and not cfg.skipped:
         # What ADD installed if the runtime resent the same mappings and prevResult (libcni
         # does): lets DEL skip listing.  Anything unusable here only means listing instead.
-        try:
-            prev = req.prev_result
-        except CniError:
-            prev = None
-        if prev is not None and not cfg.skipped:
-            plan, _ips = _plan(req, cfg, prev)
+        plan, _ips = _plan(req, cfg, prev)
     from . import kernel
 
-    kernel.remove(names.owner_id(req.network_name, req.container_id), plan)
+    held = kernel.remove(names.owner_id(req.network_name, req.container_id), plan)
+    _flush_deleted(held, ips)
     kernel.remove_reference_rules(req.network_name, req.container_id)
     return None
+
+
+def _flush_deleted(held: list[str], ips: dict[int, str]) -> None:
+    """The UDP/SCTP flows DNATed to this pod's ports, so a client's next datagram finds the
+    port's new owner (or nothing) instead of the deleted pod; all flows to the port when the
+    pod's addresses are unknown (no prevResult)."""
+    from . import kernel
+
+    by: dict[tuple[int, str], set[int]] = {}
+    for key in held:
+        served = names.key_port(key)
+        if served is not None and served[1] in kernel.CONNTRACK_PROTOCOLS:
+            by.setdefault((served[0], served[1]), set()).add(served[2])
+    for (family, proto), ports in sorted(by.items()):
+        pod = {ips[family]} if family in ips else None
+        kernel.flush_conntrack(family, proto, sorted(ports), pod)
 
 
 def cmd_check(req: Request) -> None:
