@@ -180,14 +180,12 @@ class Runtime:
             "containerId": att.container_id,
             "ifName": att.ifname,
             "networkName": conflist.name,
-            # libcni caches the conflist's bytes (base64 in JSON), so a later DEL, GC or the agent's
-            # reconciler can act on the attachment without the file it came from.
-            "config": base64.b64encode(json.dumps(conflist.raw).encode()).decode(),
             "netns": att.netns,
             "cniArgs": att.cni_args,
             "capabilityArgs": att.capability_args,
             # libcni keeps the conflist the ADD ran with (Go marshals []byte as base64): CRI-O's
-            # DEL runs that list, not the file on disk now.
+            # DEL runs that list, not the file on disk now, and the agent's reconciler repairs and
+            # collects from it without the file it came from.
             "config": base64.b64encode(json.dumps(conflist.raw).encode()).decode(),
             "result": result,
         }
