@@ -48,6 +48,9 @@ def test_bridge_status_warm_is_the_cold_answer_without_a_second_request(setup, l
             answers.append((name, warm[0], json.loads(warm[1])["code"] if warm[1] else 0))
         wait_for(lambda: len(_requests(agent.log_path)) == len(cases))
         served = _requests(agent.log_path)
+        with open(agent.log_path) as fh:
+            retired = [line for line in fh if "retired" in line]
+    assert not retired, retired  # the in-place delegate leaves the worker as it found it
     assert [a[1] for a in answers] == [0, 1, 1, 1], answers
     assert answers[3][2] == 50, answers
     assert all("plugin=bridge command=STATUS" in line for line in served), served  # no host-local request
