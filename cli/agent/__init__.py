@@ -25,11 +25,12 @@ The modules, one job each (pure ones marked):
 ``config``     settings, limits and the argparse command line
 ``peer``       caller credentials, its namespaces, and entering them
 ``sockets``    listening sockets set up safely; send-and-forget writes
+``activation`` listening sockets passed by systemd (socket activation, sd_listen_fds semantics)
 ``warmup``     importing every plugin and heavy library before the first fork
 ``worker``     one request: isolate, dispatch, answer; what a worker's status means
 ``pool``       long-lived workers: fork, warm, take requests (SCM_RIGHTS), report DONE or retire
 ``home``       a worker's home state: captured once, returned to and verified after each request
-``delegates``  IPAM delegates forked inside a worker instead of exec'd back to us
+``delegates``  IPAM delegates sent to the agent (STATUS: run in place) instead of exec'd back to us
 ``log``        the request log
 ``connection`` one accepted connection and its states: read -> go -> run, each with its deadline
 ``events``     the tags of the selector's keys, named once

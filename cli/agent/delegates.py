@@ -10,12 +10,23 @@ would then be copied again) nor an interpreter start.  When the agent cannot tak
 limit, draining, gone) the delegate is forked from this worker instead.  In every other case (a
 foreign binary, a launcher for another agent or none) it returns None and
 :mod:`cnichain.common.invoke` execs as usual, so the semantics never depend on the shortcut.
+
+STATUS is the exception to "a worker of its own": containerd 2.1 sends it to every plugin every
+~5 s, and bridge's STATUS is little more than host-local's, which only reads its data directory.
+A second round trip through the agent (connect, REQUEST/ACK/GO, a second worker entering the same
+namespaces) was two thirds of a warm bridge STATUS.  So a delegated STATUS runs the delegate's
+dispatch right here, in this worker -- already in the caller's namespaces with the request's
+environment and umask, exactly what that other worker would have entered -- with its own captured
+streams, and with the per-network log settings the delegate's config sets undone afterwards.  The
+answer is the same bytes (the same dispatch on the same env and stdin, encoded as a worker encodes
+a RESULT); only a plugin log line's pid differs (the bridge's, not a second process's).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from typing import Any, Optional
 
 from cnichain.cli.agent import worker
@@ -24,6 +35,9 @@ from cnichain.common import shim
 
 _LAUNCHER_FORWARD = re.compile(r"^code = forward\('([a-z0-9][a-z0-9._\-]*)', '([^'\\]*)'\)$", re.M)
 
+
+# Delegated commands run in this very worker rather than in one of its own: read-only, polled often.
+IN_PROCESS_COMMANDS = frozenset({"STATUS"})
 
 MAX_SHIM_SIZE = 2 << 20  # a static native shim is 35 kB (musl) to ~1 MB (glibc); never read more
 
@@ -64,8 +78,8 @@ def _read_all(fd: int) -> bytes:
 
 class DelegateRunner:
     """Runs IPAM delegates that would exec one of our launchers -- and so come back to this very
-    agent -- in a forked process instead: the same isolation as an exec (own process, own state,
-    own limit), without interpreter start-up and a second round trip through the socket."""
+    agent -- without an exec: in a worker of the agent (as the launcher would), forked from this
+    one when the agent cannot take it, or, for :data:`IN_PROCESS_COMMANDS`, in this worker."""
 
     def __init__(self, plugins: dict[str, Any], socket_path: str, limit: float) -> None:
         self.plugins = plugins
@@ -79,10 +93,28 @@ class DelegateRunner:
         path = env.get(shim.ENV_SOCKET, target[1])
         if path.lower() in shim.DISABLED or path != self.socket_path:
             return None  # that exec would not reach this agent: keep the exec semantics exactly
+        if env.get("CNI_COMMAND") in IN_PROCESS_COMMANDS:
+            return self.in_process(target[0], env, stdin)
         answer, _ = shim.exchange(self.socket_path, target[0], env, lambda: stdin)
         if answer is not None:
             return answer
         return self._fork(target[0], env, stdin)
+
+    def in_process(self, plugin_type: str, env: dict, stdin: bytes) -> tuple[int, bytes, bytes]:
+        """Run the delegate's dispatch in this worker: what the agent's worker for it would answer,
+        without the round trip.  The caller's captured streams and log settings are put back."""
+        from cnichain.common import log as log_mod
+
+        streams = sys.stdout, sys.stderr
+        log_state = dict(vars(log_mod.log))
+        try:
+            _code, frame = worker.dispatch_captured(self.plugins[plugin_type], env, stdin)
+        finally:
+            sys.stdout, sys.stderr = streams
+            vars(log_mod.log).update(log_state)
+        answer = read_result(frame)
+        assert answer is not None  # output_frame always builds a whole RESULT frame
+        return answer
 
     def _fork(self, plugin_type: str, env: dict, stdin: bytes) -> tuple[int, bytes, bytes]:
         """Run the delegate in a child of this worker: when the agent cannot take it (at its worker

@@ -26,7 +26,7 @@ import time
 from types import FrameType
 from typing import Any, Optional
 
-from cnichain.cli.agent import events, peer, sockets
+from cnichain.cli.agent import activation, events, peer, sockets
 from cnichain.cli.agent.config import AgentConfig
 from cnichain.cli.agent.connection import CNI, METRICS, Conn
 from cnichain.cli.agent.handshake import Handshake
@@ -96,6 +96,9 @@ class Agent:
             raise SystemExit("cnichain-agent: must run as root (it runs CNI plugins for the runtime)")
         if self.cfg.log_file:
             self.log.open(self.cfg.log_file)
+        # Sockets systemd passed (deploy/cnichain-agent.socket), taken before anything else runs.
+        passed = activation.assign(activation.listen_fds(), {activation.NAME_CNI: self.cfg.socket_path,
+                                                              activation.NAME_METRICS: self.cfg.metrics_path})
         started = time.perf_counter()
         self.plugins.update(load_plugins(self.cfg.extra_plugins))
         loaded = preload(self.plugins)
@@ -117,15 +120,19 @@ class Agent:
         self.reconciler.start()  # its own process: never a thread in this forking loop
         metrics_socket = self.cfg.metrics_path
         if metrics_socket:
-            self._listen_unix(metrics_socket, LISTEN_METRICS)
+            self._listen_unix(metrics_socket, LISTEN_METRICS, passed.get(activation.NAME_METRICS))
         if self.cfg.metrics_port:
             self._add_listener(sockets.listen_loopback(self.cfg.metrics_port), LISTEN_METRICS_TCP, "")
         # Last: once the CNI socket exists, shims use it.
-        self._listen_unix(self.cfg.socket_path, LISTEN_CNI)
+        self._listen_unix(self.cfg.socket_path, LISTEN_CNI, passed.get(activation.NAME_CNI))
         self.log(f"serving on {self.cfg.socket_path}" + (f", metrics on {metrics_socket}" if metrics_socket else "")
-                 + (f" and 127.0.0.1:{self.cfg.metrics_port}" if self.cfg.metrics_port else ""))
+                 + (f" and 127.0.0.1:{self.cfg.metrics_port}" if self.cfg.metrics_port else "")
+                 + (f" (from systemd: {', '.join(sorted(passed))})" if passed else ""))
 
-    def _listen_unix(self, path: str, kind: str) -> None:
+    def _listen_unix(self, path: str, kind: str, passed: Optional[tuple[socket.socket, str]] = None) -> None:
+        if passed is not None:  # systemd's socket: never unlinked by us (inode 0), it outlives the agent
+            self._add_listener(passed[0], kind, path)
+            return
         sock = sockets.listen_unix(path)
         self._add_listener(sock, kind, path, os.stat(path).st_ino)
 
