@@ -1,6 +1,7 @@
 """Warm STATUS through a real agent: bridge's delegated host-local STATUS runs in bridge's own worker
-(no second request to the agent), and every answer -- success, an exhausted range, a broken IPAM
-config, a version without STATUS -- is the cold exec's, byte for byte."""
+(no second request to the agent), and every answer -- success, an exhausted range and a key STATUS
+does not read (both still success: STATUS is node health), a version without STATUS, a store that
+cannot be created -- is the cold exec's, byte for byte."""
 
 from __future__ import annotations
 
@@ -33,8 +34,11 @@ def test_bridge_status_warm_is_the_cold_answer_without_a_second_request(setup, l
                 "ipam": {"type": "host-local", "subnet": "10.96.7.0/30", "dataDir": data, **ipam}}
 
     cases = [("free", conf()), ("bad subnet", conf(subnet="10.96.7.0/40")),
-             ("old version", {**conf(), "cniVersion": "1.0.0"}), ("exhausted", conf())]
+             ("old version", {**conf(), "cniVersion": "1.0.0"}), ("exhausted", conf()),
+             ("store not creatable", conf(dataDir=os.path.join(setup.root, "not-a-dir", "ipam")))]
     env = {"CNI_CONTAINERID": "", "CNI_NETNS": "", "CNI_IFNAME": ""}
+    with open(os.path.join(setup.root, "not-a-dir"), "w"):
+        pass
     with setup.agent("--pool", "2") as agent:
         answers = []
         for name, c in cases:
@@ -51,6 +55,6 @@ def test_bridge_status_warm_is_the_cold_answer_without_a_second_request(setup, l
         with open(agent.log_path) as fh:
             retired = [line for line in fh if "retired" in line]
     assert not retired, retired  # the in-place delegate leaves the worker as it found it
-    assert [a[1] for a in answers] == [0, 1, 1, 1], answers
-    assert answers[3][2] == 50, answers
+    assert [a[1] for a in answers] == [0, 0, 1, 0, 1], answers
+    assert answers[4][2] == 50, answers
     assert all("plugin=bridge command=STATUS" in line for line in served), served  # no host-local request

@@ -51,6 +51,9 @@ def _cases(tmp_path):
     yield "free", _conf(tmp_path), None
     yield "exhausted", _conf(tmp_path), full  # the /30's one usable address reserved below
     yield "bad range", _conf(tmp_path, subnet="10.77.0.0/33"), None
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    yield "store not creatable", _conf(tmp_path, dataDir=str(blocker / "ipam")), None
     yield "bad json", b'{"cniVersion": "1.1.0", "name": "dnet", "ipam": {', None
     yield "old version", _conf(tmp_path).replace(b'"1.1.0"', b'"0.4.0"'), None
 
@@ -71,8 +74,10 @@ def test_status_runs_here_with_the_cold_answer(bins):
         cold = _cold(tmp_path, {**env, "CNICHAIN_AGENT_SOCKET": "off"}, stdin)
         assert warm == cold, name
         seen.append((name, warm[0], json.loads(warm[1]).get("code") if warm[1] else None))
-    assert [s[1] for s in seen] == [0, 1, 1, 1, 1], seen
-    assert seen[1][2] == 50  # no addresses left: the spec's "not available"
+    # STATUS is node health: a full range or a key STATUS does not read never fails it (the next
+    # ADD reports those); a store that cannot be created does, with the spec's "not available".
+    assert [s[1] for s in seen] == [0, 0, 0, 1, 1, 1], seen
+    assert seen[3][2] == 50
     with pytest.raises(BlockingIOError):
         srv.accept()  # nothing went through the agent
 
