@@ -10,9 +10,11 @@ none of the reference's objects and nothing of any pod (``leftovers.everything``
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -26,6 +28,31 @@ from .node import CONFLIST, NETWORK, NODE_IP, cnichain_cli
 pytestmark = [pytest.mark.runtime, pytest.mark.integration]
 
 SWAPPED = ("bridge", "host-local", "portmap", "bandwidth", "tuning")
+# The highest spec version each reference's plugins list (1.1.1 predates CNI 1.1.0).
+REFERENCE_MAX_CNI = {"1.1.1": "1.0.0", "1.9.1": "1.1.0"}
+
+
+def _loaded_version(cri_node: CriNode) -> str:
+    """cniVersion of the conflist containerd's CRI loaded for eth0, from verbose Status."""
+    for net in (cri_node.cri.status_info().get("cniconfig") or {}).get("Networks") or []:
+        if net.get("IFName") == "eth0":
+            return str(json.loads(net["Config"]["Source"]).get("cniVersion", ""))
+    return ""
+
+
+def cap_cni_version(cri_node: CriNode, ref_version: str) -> None:
+    """Run the conflist at a version the reference speaks: on containerd 2.1 (1.1.0) the 1.1.1
+    reference refuses 1.1.0 outright, a node running it would have 1.0.0 configs.  Waits
+    (bounded) until containerd reloaded the rewritten file."""
+    cap = REFERENCE_MAX_CNI[ref_version]
+    current = _loaded_version(cri_node)
+    if tuple(map(int, current.split("."))) <= tuple(map(int, cap.split("."))):
+        return
+    cri_node.node.set_cni_version(cri_node.node.conf_dir, cap)
+    deadline = time.monotonic() + 30
+    while _loaded_version(cri_node) != cap:
+        assert time.monotonic() < deadline, "containerd did not reload the conflist"
+        time.sleep(0.2)
 
 
 def install_reference(bin_dir: str, ref_dir: str) -> None:
@@ -64,7 +91,8 @@ def serve_and_get(cri_node: CriNode, pod) -> bytes:
 
 def test_reference_pods_torn_down_by_ours_after_the_swap(cri_node: CriNode, any_reference, agent_socket: str) -> None:
     node, cri = cri_node.node, cri_node.cri
-    _version, ref_dir = any_reference
+    ref_version, ref_dir = any_reference
+    cap_cni_version(cri_node, ref_version)
     install_reference(node.bin_dir, ref_dir)
     old = cri.run_pod(PodSpec(name="old", ports=[Port(container_port=80, host_port=18090)]))
     assert ocimage.PAGE in serve_and_get(cri_node, old)
