@@ -52,3 +52,20 @@ def test_truncated_protobuf_is_an_error():
 def test_unreachable_runtime_is_an_error(tmp_path):
     with pytest.raises(cri.CriError, match="CRI Status on"):
         cri.runtime_status(str(tmp_path / "none.sock"), timeout=1.0)
+
+
+def test_list_pod_sandbox_request_bytes_match_protobuf(pb2):
+    assert cri.list_pod_sandbox_request() == pb2.ListPodSandboxRequest().SerializeToString()
+
+
+def test_list_pod_sandbox_response_is_decoded(pb2):
+    meta = pb2.PodSandboxMetadata(name="web", uid="u-1", namespace="default", attempt=2)
+    resp = pb2.ListPodSandboxResponse(items=[
+        pb2.PodSandbox(id="a" * 64, metadata=meta, state=pb2.SANDBOX_READY, created_at=1 << 62,
+                       labels={"app": "web"}, annotations={"x": "ü" * 200}, runtime_handler="runc"),
+        pb2.PodSandbox(id="b" * 64, state=pb2.SANDBOX_NOTREADY),
+    ])
+    assert cri.parse_list_pod_sandbox_response(resp.SerializeToString()) == [
+        cri.Sandbox("a" * 64, cri.SANDBOX_READY), cri.Sandbox("b" * 64, cri.SANDBOX_NOTREADY)]
+    assert (cri.SANDBOX_READY, cri.SANDBOX_NOTREADY) == (pb2.SANDBOX_READY, pb2.SANDBOX_NOTREADY)
+    assert cri.parse_list_pod_sandbox_response(pb2.ListPodSandboxResponse().SerializeToString()) == []
