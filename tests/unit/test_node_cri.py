@@ -1,4 +1,4 @@
-"""The probe's hand-written CRI encoding against the protobuf stubs generated from the CRI's api.proto."""
+"""The hand-written CRI encoding (Status, ListPodSandbox) against stubs generated from the CRI's api.proto, and a real gRPC server."""
 
 from __future__ import annotations
 
@@ -69,3 +69,43 @@ def test_list_pod_sandbox_response_is_decoded(pb2):
         cri.Sandbox("a" * 64, cri.SANDBOX_READY), cri.Sandbox("b" * 64, cri.SANDBOX_NOTREADY)]
     assert (cri.SANDBOX_READY, cri.SANDBOX_NOTREADY) == (pb2.SANDBOX_READY, pb2.SANDBOX_NOTREADY)
     assert cri.parse_list_pod_sandbox_response(pb2.ListPodSandboxResponse().SerializeToString()) == []
+
+
+@pytest.fixture
+def grpc_runtime(tmp_path):
+    """A real gRPC server (grpcio) on a unix socket answering ListPodSandbox with what a test sets."""
+    grpc = pytest.importorskip("grpc")
+    from concurrent import futures
+
+    answer: dict = {}
+
+    def list_pod_sandbox(request: bytes, context) -> bytes:
+        if "abort" in answer:
+            context.abort(*answer["abort"])
+        return answer["reply"]
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("runtime.v1.RuntimeService", {
+        "ListPodSandbox": grpc.unary_unary_rpc_method_handler(list_pod_sandbox)}),))
+    path = str(tmp_path / "grpc.sock")
+    server.add_insecure_port(f"unix://{path}")
+    server.start()
+    try:
+        yield grpc, path, answer
+    finally:
+        server.stop(grace=None)
+
+
+def test_a_real_grpc_server_is_listed_and_its_error_status_is_an_error(pb2, grpc_runtime):
+    from cnichain.cli.podstate.sandboxes import CriSandboxes
+
+    grpc, path, answer = grpc_runtime
+    answer["reply"] = pb2.ListPodSandboxResponse(items=[pb2.PodSandbox(id="abc", state=pb2.SANDBOX_NOTREADY)]).SerializeToString()
+    assert CriSandboxes(path, lambda _: None).listed() == {"abc"}
+    answer["reply"] = b""
+    assert CriSandboxes(path, lambda _: None).listed() == set()  # a real empty answer
+    for code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.DEADLINE_EXCEEDED):
+        answer["abort"] = (code, "runtime not ready")
+        with pytest.raises(cri.CriError, match="trailers-only"):
+            cri.list_pod_sandboxes(path, timeout=5.0)
+        assert CriSandboxes(path, lambda _: None).listed() is None
