@@ -1,34 +1,33 @@
-"""Asking the container runtime over CRI which network config it loaded and whether NetworkReady is true.
+"""The two CRI calls cnichain makes on the runtime's socket, with hand-encoded runtime.v1 messages.
 
-``cnichain node probe --runtime-endpoint SOCKET`` uses it, so a DaemonSet's readiness can mean "the
-runtime runs our chain", not only "our agent answers".  The image carries no gRPC or protobuf
-library (only the plugins' stack), and one unary call needs neither: this module speaks just
-enough gRPC -- HTTP/2 with prior knowledge over the unix socket, one stream, no compression --
-and hand-encodes the two runtime.v1 messages it needs (``StatusRequest{verbose}``,
-``StatusResponse{status.conditions, info}``, field numbers from the CRI's api.proto).  Response
-headers are never HPACK-decoded: a reply without a message is reported as a gRPC error.
-Every read and write shares one deadline, so the probe cannot hang on a stuck runtime.
+* ``RuntimeService/Status`` (:func:`runtime_status`): which network config the runtime loaded and
+  whether NetworkReady is true; ``cnichain node probe --runtime-endpoint SOCKET`` uses it, so a
+  DaemonSet's readiness can mean "the runtime runs our chain", not only "our agent answers".
+* ``RuntimeService/ListPodSandbox`` (:func:`list_pod_sandboxes`): which sandboxes the runtime
+  still knows; the reconciler (:mod:`cnichain.cli.podstate.sandboxes`) never collects those.
+
+The image carries no gRPC or protobuf library (only the plugins' stack), and neither is needed:
+the transport is :mod:`cnichain.cli.node.grpc_unary` (one bounded unary call; a gRPC error status
+is always an error, never an empty answer), and the messages are so small that they are encoded
+here by hand (field numbers from the CRI's api.proto; ``tests/unit/test_node_cri.py`` checks them
+against stubs generated from it).
 """
 
 from __future__ import annotations
 
 import json
-import socket
-import struct
-import time
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
-PATH = b"/runtime.v1.RuntimeService/Status"
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7
-END_STREAM, ACK, END_HEADERS, PADDED = 0x1, 0x1, 0x4, 0x8
-MAX_WINDOW = 0x7FFFFFFF
-MAX_RESPONSE = 16 << 20
+from cnichain.cli.node import grpc_unary
+
+STATUS = b"/runtime.v1.RuntimeService/Status"
+LIST_POD_SANDBOX = b"/runtime.v1.RuntimeService/ListPodSandbox"
+SANDBOX_READY, SANDBOX_NOTREADY = 0, 1  # runtime.v1 PodSandboxState
 
 
 class CriError(RuntimeError):
-    """The runtime could not be asked, or did not answer a Status."""
+    """The runtime could not be asked, or did not answer the call with a well-formed message."""
 
 
 @dataclass
@@ -65,26 +64,20 @@ class RuntimeStatus:
         return None
 
 
-# -- protobuf (the subset runtime.v1 Status needs) ---------------------------------------------
+@dataclass(frozen=True)
+class Sandbox:
+    id: str
+    state: int = SANDBOX_READY  # listed, ready or not: either way the runtime still owns it
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
+# -- protobuf (the subset the two calls need) ----------------------------------------------------
 
 def status_request(verbose: bool) -> bytes:
     """``StatusRequest{bool verbose = 1}``."""
     return b"\x08\x01" if verbose else b""
 
 
-def _fields(buf: bytes) -> Iterator[tuple[int, object]]:
+def fields(buf: bytes) -> Iterator[tuple[int, object]]:
     """(field number, int or bytes) of a protobuf message; fixed-width fields are skipped."""
     pos = 0
     while pos < len(buf):
@@ -101,6 +94,8 @@ def _fields(buf: bytes) -> Iterator[tuple[int, object]]:
             pos += length
         elif wire in (1, 5):
             pos += 8 if wire == 1 else 4
+            if pos > len(buf):
+                raise CriError("truncated protobuf field")
         else:
             raise CriError(f"unsupported protobuf wire type {wire}")
 
@@ -125,12 +120,12 @@ def _text(value: object) -> str:
 def parse_status_response(buf: bytes) -> RuntimeStatus:
     """``StatusResponse{RuntimeStatus status = 1; map<string, string> info = 2}``."""
     result = RuntimeStatus()
-    for number, value in _fields(buf):
+    for number, value in fields(buf):
         if number == 1 and isinstance(value, bytes):
-            for n, cond_bytes in _fields(value):  # RuntimeStatus{repeated RuntimeCondition conditions = 1}
+            for n, cond_bytes in fields(value):  # RuntimeStatus{repeated RuntimeCondition conditions = 1}
                 if n == 1 and isinstance(cond_bytes, bytes):
                     cond = Condition()
-                    for cn, cv in _fields(cond_bytes):
+                    for cn, cv in fields(cond_bytes):
                         if cn == 1:
                             cond.type = _text(cv)
                         elif cn == 2:
@@ -141,100 +136,45 @@ def parse_status_response(buf: bytes) -> RuntimeStatus:
                             cond.message = _text(cv)
                     result.conditions[cond.type] = cond
         elif number == 2 and isinstance(value, bytes):
-            entry = dict(_fields(value))
+            entry = dict(fields(value))
             result.info[_text(entry.get(1, b""))] = _text(entry.get(2, b""))
     return result
 
 
-# -- HTTP/2 + gRPC (one unary call) ------------------------------------------------------------
-
-def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    return struct.pack(">I", len(payload))[1:] + bytes((kind, flags)) + struct.pack(">I", stream) + payload
-
-
-def _hpack_int(value: int, prefix_bits: int, first: int) -> bytes:
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes((first | value,))
-    out = bytearray((first | limit,))
-    value -= limit
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+def list_pod_sandbox_request() -> bytes:
+    """``ListPodSandboxRequest{}``: no filter, every sandbox the runtime knows."""
+    return b""
 
 
-def _hpack_str(data: bytes) -> bytes:
-    return _hpack_int(len(data), 7, 0) + data  # no Huffman
+def parse_list_pod_sandbox_response(buf: bytes) -> list[Sandbox]:
+    """``ListPodSandboxResponse{repeated PodSandbox items = 1}``; of each, ``id = 1`` and ``state = 3``."""
+    items = []
+    for number, value in fields(buf):
+        if number == 1 and isinstance(value, bytes):
+            sandbox_id, state = "", SANDBOX_READY
+            for n, v in fields(value):
+                if n == 1:
+                    sandbox_id = _text(v)
+                elif n == 3 and isinstance(v, int):
+                    state = v
+            items.append(Sandbox(sandbox_id, state))
+    return items
 
 
-def request_headers() -> bytes:
-    """HPACK block: :method POST, :scheme http (static table), the rest literal, never indexed."""
-    block = b"\x83\x86"  # :method POST, :scheme http
-    block += _hpack_int(4, 4, 0) + _hpack_str(PATH)  # :path (static name 4)
-    block += _hpack_int(1, 4, 0) + _hpack_str(b"localhost")  # :authority (static name 1)
-    for name, value in ((b"content-type", b"application/grpc"), (b"te", b"trailers")):
-        block += b"\x00" + _hpack_str(name) + _hpack_str(value)
-    return block
+# -- the calls -------------------------------------------------------------------------------------
+
+def _call(socket_path: str, method: bytes, request: bytes, timeout: float) -> bytes:
+    try:
+        return grpc_unary.call(socket_path, method, request, timeout)
+    except grpc_unary.GrpcError as exc:
+        raise CriError(f"CRI {method.rsplit(b'/', 1)[-1].decode()} on {socket_path}: {exc}") from None
 
 
 def runtime_status(socket_path: str, verbose: bool = True, timeout: float = 5.0) -> RuntimeStatus:
     """One CRI ``RuntimeService/Status`` call on the runtime's unix socket, bounded by ``timeout``."""
-    deadline = time.monotonic() + timeout
-    message = status_request(verbose)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout)
-        try:
-            sock.connect(socket_path)
-            settings = struct.pack(">HI", 0x2, 0) + struct.pack(">HI", 0x4, MAX_WINDOW)  # no push; big window
-            sock.sendall(PREFACE + _frame(SETTINGS, 0, 0, settings)
-                         + _frame(0x8, 0, 0, struct.pack(">I", MAX_WINDOW - 65535))  # connection WINDOW_UPDATE
-                         + _frame(HEADERS, END_HEADERS, 1, request_headers())
-                         + _frame(DATA, END_STREAM, 1, b"\x00" + struct.pack(">I", len(message)) + message))
-            body = _read_response(sock, deadline)
-        except (OSError, socket.timeout) as exc:
-            raise CriError(f"CRI Status on {socket_path}: {exc}") from None
-    finally:
-        sock.close()
-    if len(body) < 5:
-        raise CriError(f"CRI Status on {socket_path}: the runtime answered with a gRPC error (no message)")
-    compressed, length = body[0], struct.unpack(">I", body[1:5])[0]
-    if compressed or len(body) < 5 + length:
-        raise CriError(f"CRI Status on {socket_path}: unexpected gRPC message framing")
-    return parse_status_response(body[5:5 + length])
+    return parse_status_response(_call(socket_path, STATUS, status_request(verbose), timeout))
 
 
-def _read_response(sock: socket.socket, deadline: float) -> bytes:
-    """The DATA bytes of stream 1 until the stream ends; answers SETTINGS and PING on the way."""
-    buf, body = b"", bytearray()
-    while True:
-        while len(buf) < 9 or len(buf) < 9 + int.from_bytes(buf[:3], "big"):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise CriError("no complete answer in time")
-            sock.settimeout(remaining)
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise CriError("the runtime closed the connection")
-            buf += chunk
-            if len(buf) > MAX_RESPONSE:
-                raise CriError("answer too large")
-        length = int.from_bytes(buf[:3], "big")
-        kind, flags, stream = buf[3], buf[4], struct.unpack(">I", buf[5:9])[0] & MAX_WINDOW
-        payload, buf = buf[9:9 + length], buf[9 + length:]
-        if kind == SETTINGS and not flags & ACK:
-            sock.sendall(_frame(SETTINGS, ACK, 0))
-        elif kind == PING and not flags & ACK:
-            sock.sendall(_frame(PING, ACK, 0, payload))
-        elif kind == GOAWAY or (kind == RST_STREAM and stream == 1):
-            raise CriError("the runtime reset the call")
-        elif kind == DATA and stream == 1:
-            if flags & PADDED:
-                payload = payload[1:len(payload) - payload[0]] if payload else b""
-            body += payload
-            if flags & END_STREAM:
-                return bytes(body)
-        elif kind == HEADERS and stream == 1 and flags & END_STREAM:
-            return bytes(body)  # trailers: the call is over
+def list_pod_sandboxes(socket_path: str, timeout: float = 5.0) -> list[Sandbox]:
+    """One CRI ``RuntimeService/ListPodSandbox`` call (every sandbox), bounded by ``timeout``."""
+    return parse_list_pod_sandbox_response(_call(socket_path, LIST_POD_SANDBOX, list_pod_sandbox_request(), timeout))

@@ -9,7 +9,7 @@ import pytest
 from cnichain.cli.agent.reconcile import netlink_events as ev
 from cnichain.cli.agent.reconcile import settings, status
 from cnichain.cli.agent.reconcile.budget import Budget
-from cnichain.cli.podstate import sandboxes
+from cnichain.cli.node import cri
 
 
 def _msg(msg_type: int, payload: bytes = b"\0" * 4) -> bytes:
@@ -51,10 +51,11 @@ def test_list_pod_sandbox_response_is_read_by_hand():
     meta = _field(1, b"pod-a") + _field(3, b"default")
     sandbox = _field(1, b"abc123") + _field(2, meta) + bytes([3 << 3 | 0, 1])  # state NOTREADY
     answer = _field(1, sandbox) + _field(1, _field(1, b"def456"))
-    assert sandboxes.parse_list_response(answer) == {"abc123", "def456"}
-    assert sandboxes.parse_list_response(b"") == set()
-    with pytest.raises(ValueError):
-        sandboxes.parse_list_response(b"\x0a\x10abc")  # a length past the end
+    assert cri.parse_list_pod_sandbox_response(answer) == [
+        cri.Sandbox("abc123", cri.SANDBOX_NOTREADY), cri.Sandbox("def456", cri.SANDBOX_READY)]
+    assert cri.parse_list_pod_sandbox_response(b"") == []
+    with pytest.raises(cri.CriError):
+        cri.parse_list_pod_sandbox_response(b"\x0a\x10abc")  # a length past the end
 
 
 def test_settings_round_trip_and_refusals():
