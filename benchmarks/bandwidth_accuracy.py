@@ -37,9 +37,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)  # the checkout: cnichain/ links to the top-level packages
 
-from cnichain.cli import install  # noqa: E402
-from cnichain.cli.lab import Lab, isolate_conflist  # noqa: E402
-from cnichain.cli.runtime import Attachment, ConfList, Runtime  # noqa: E402
+from cnichain.node import install  # noqa: E402
+from cnichain.tools.lab import Lab, isolate_conflist  # noqa: E402
+from cnichain.tools.runtime import Attachment, ConfList, Runtime  # noqa: E402
 
 POD_SUBNET = "10.77.0.0/24"
 POD_GW = "10.77.0.1"

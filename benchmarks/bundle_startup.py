@@ -2,7 +2,7 @@
 
     sudo .venv/bin/python benchmarks/bundle_startup.py [--runs 40] [--out DIR]
 
-Builds a tree (cli/bundle/) for the default prefix into a temp OUT, writes venv launchers with
+Builds a tree (node/bundle/) for the default prefix into a temp OUT, writes venv launchers with
 ``cnichain install`` into a temp bin dir, then, in a private mount namespace where a tmpfs hides
 the host's /opt and OUT/opt/cni is bind-mounted at /opt/cni, runs both kinds of launcher
 interleaved: VERSION of every plugin and a host-local ADD+DEL on a scratch directory (no kernel
@@ -71,8 +71,8 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=40)
     p.add_argument("--out", default="benchmarks/results")
     ns = p.parse_args()
-    from cnichain.cli import install
-    from cnichain.cli.bundle.build import build
+    from cnichain.node import install
+    from cnichain.node.bundle.build import build
 
     work = tempfile.mkdtemp(prefix="cnichain-bundle-bench-")
     try:

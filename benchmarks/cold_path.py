@@ -80,7 +80,7 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--json", default="", help="also write the numbers here")
     a = ap.parse_args()
-    from cnichain.cli import install as installer
+    from cnichain.node import install as installer
 
     with tempfile.TemporaryDirectory(prefix="cnichain-coldpath-") as scratch:
         bindir = os.path.join(scratch, "bin")

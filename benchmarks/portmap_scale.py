@@ -32,8 +32,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)  # the checkout: cnichain/ links to the top-level packages
 
-from cnichain.cli import install  # noqa: E402
-from cnichain.cli.lab import Lab  # noqa: E402
+from cnichain.node import install  # noqa: E402
+from cnichain.tools.lab import Lab  # noqa: E402
 from cnichain.common import netns  # noqa: E402
 
 REFERENCE = os.path.join(os.environ.get("CNICHAIN_REFERENCE_DIR", "/usr/lib/cni"), "portmap")

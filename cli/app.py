@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from cnichain.cli.agent.reconcile import settings as reconcile_settings
+from cnichain.agent.reconcile import settings as reconcile_settings
 
 app = typer.Typer(
     add_completion=False,
@@ -64,7 +64,7 @@ def exec_cmd(
     node_netns: str = typer.Option("", "--node-netns", help="Run the plugins inside this namespace instead of the caller's"),
 ) -> None:
     """Run a CNI config list the way containerd / CRI-O do (ADD in order, DEL in reverse with the cached result)."""
-    from cnichain.cli.runtime import Attachment, ConfigError, ConfList, PluginFailed, Runtime
+    from cnichain.tools.runtime import Attachment, ConfigError, ConfList, PluginFailed, Runtime
 
     command = command.upper()
     if command not in COMMANDS:
@@ -128,7 +128,7 @@ def install(
     and the Python launcher it falls back to goes to BIN_DIR/.cnichain-cold/TYPE; otherwise the
     executable is the Python launcher itself.
     """
-    from cnichain.cli import install as inst
+    from cnichain.node import install as inst
 
     if conflist and not conf_dir:
         _fail("--conflist needs --conf-dir")
@@ -152,7 +152,7 @@ def install(
 @app.command()
 def uninstall(bin_dir: str = typer.Option("/opt/cni/bin", "--bin-dir")) -> None:
     """Remove exactly the files a previous install wrote (and left unmodified), cold launchers included."""
-    from cnichain.cli import install as inst
+    from cnichain.node import install as inst
 
     report = inst.uninstall(bin_dir)
     for path in report.removed:
@@ -166,7 +166,7 @@ def uninstall(bin_dir: str = typer.Option("/opt/cni/bin", "--bin-dir")) -> None:
 @app.command()
 def conflists() -> None:
     """List the conflists shipped with cnichain."""
-    from cnichain.cli.install import conflists_dir
+    from cnichain.node.install import conflists_dir
 
     for name in sorted(os.listdir(conflists_dir())):
         if name.endswith((".conflist", ".conf")):
@@ -179,7 +179,7 @@ def demo(
     pods: int = typer.Option(2, "--pods", min=1, max=8, help="How many pod namespaces"),
 ) -> None:
     """Build a throwaway node + pods, run the chain, prove it works, tear everything down."""
-    from cnichain.cli.demo import run_demo
+    from cnichain.tools.demo import run_demo
 
     raise typer.Exit(run_demo(conflist or None, pods))
 
@@ -195,7 +195,7 @@ def lint(
 
     Exits 1 when any file has an error; warnings alone exit 0.
     """
-    from cnichain.cli import lint as lint_mod
+    from cnichain.tools import lint as lint_mod
 
     allowlist = None
     if tuning_allowlist:
@@ -219,7 +219,7 @@ def _runtime_listing(endpoint: str) -> Optional[set]:
     """The sandbox IDs the runtime on ``endpoint`` lists; None without an endpoint (fails without an answer)."""
     if not endpoint:
         return None
-    from cnichain.cli.podstate.sandboxes import CriSandboxes
+    from cnichain.tools.podstate.sandboxes import CriSandboxes
 
     problems: list[str] = []
     ids = CriSandboxes(endpoint, problems.append).listed()
@@ -244,7 +244,7 @@ def inspect(
 
     Reads host-local reservations, tuning backups, portmap mappings, bandwidth shaping and bridge masquerade rules from the kernel and the plugins' files, joined with the runtimes' result cache. A container is an orphan when it is not in --live (if given), has no cache entry, its cached netns is gone, or its IFB has lost its veth.
     """
-    from cnichain.cli.podstate import render, view
+    from cnichain.tools.podstate import render, view
 
     try:
         view.check_inputs(cache_dir, ipam_dir, tuning_dir, node_netns, [container, *live] if container else live, network)
@@ -274,10 +274,10 @@ def gc(
 
     DEL for each cached attachment without a live pod (its netns is gone, or it is not in --valid), with the conflist, result and arguments the runtime cached; then CNI GC per network (cniVersion 1.1.0) with the live attachments as valid. Shows the plan and changes nothing unless --apply.
     """
-    from cnichain.cli.podstate import cache as cache_mod
-    from cnichain.cli.podstate import gc as gc_mod
-    from cnichain.cli.podstate import view
-    from cnichain.cli.runtime import ConfigError, ConfList, Runtime
+    from cnichain.tools.podstate import cache as cache_mod
+    from cnichain.tools.podstate import gc as gc_mod
+    from cnichain.tools.podstate import view
+    from cnichain.tools.runtime import ConfigError, ConfList, Runtime
 
     pairs = gc_mod.parse_valid(valid)
     try:
@@ -337,7 +337,7 @@ def bench(
     quiet: bool = typer.Option(False, "--quiet", help="No progress line"),
 ) -> None:
     """Per-pod exec-to-exit latency of the chain, side by side with the reference plugins."""
-    from cnichain.cli import bench as bench_mod
+    from cnichain.tools import bench as bench_mod
 
     try:
         options = bench_mod.options_from(pods, parallel, parallel_rounds, growth, growth_samples, floor_samples, modes,
@@ -376,7 +376,7 @@ def agent(
     """Run the node agent in the foreground: warm plugin handlers behind the installed shims, plus the reconciler."""
     if ctx.invoked_subcommand is not None:
         return
-    from cnichain.cli.agent import serve
+    from cnichain.agent import serve
     rc = reconcile_settings.ReconcileConfig(mode=reconcile, grace=grace, networks=list(network), runtime_endpoint=runtime_endpoint,
                          sweep_interval=sweep_interval, cache_dirs=list(cache_dir) or list(reconcile_settings.DEFAULT_CACHE_DIRS),
                          bin_dirs=list(bin_dir), mount_ns=mount_ns)
@@ -396,7 +396,7 @@ def agent_status(
     as_json: bool = typer.Option(False, "--json", help="The reconciler's whole view as JSON"),
 ) -> None:
     """The reconciler's view: mode, last sweep, counters, each attachment's state, leaks and stale cache entries."""
-    from cnichain.cli.agent.reconcile import status as rstatus
+    from cnichain.agent.reconcile import status as rstatus
     path = reconcile_settings.status_path(socket_path)
     doc = rstatus.read(path)
     if doc is None:
@@ -408,7 +408,7 @@ def agent_status(
 @app.command()
 def version(verbose: bool = typer.Option(False, "--verbose", "-v", help="Also every carried Debian package and Python distribution")) -> None:
     """Print cnichain's version; from a bundled tree, also what it was built from (see ./run bundle)."""
-    from cnichain.cli.bundle.manifest import describe, running_manifest
+    from cnichain.node.bundle.manifest import describe, running_manifest
 
     for line in describe(running_manifest(), verbose):
         typer.echo(line)
@@ -420,7 +420,7 @@ app.add_typer(node_app, name="node")
 
 def _node_config(host_root: str, prefix: str, bin_dir: str, conf_dir: str, mode: str, conf_name: str,
                  conflist: str, replace_foreign: bool, agent_socket: str):
-    from cnichain.cli.node.installer import NodeConfig
+    from cnichain.node.installer import NodeConfig
 
     return NodeConfig(host_root=host_root, prefix=prefix, bin_dir=bin_dir, conf_dir=conf_dir, mode=mode,
                       conf_name=conf_name, conflist=conflist, replace_foreign=replace_foreign, agent_socket=agent_socket)
@@ -441,9 +441,9 @@ def node_install(
     interval: float = typer.Option(5.0, "--interval", min=0.1, max=300.0, help="--watch poll interval, seconds"),
 ) -> None:
     """Stage the tree in versions/<id>, switch 'current', write launchers, run them, write the conflist last."""
-    from cnichain.cli.bundle.layout import LayoutError
-    from cnichain.cli.node import installer
-    from cnichain.cli.node.chain import ChainError
+    from cnichain.node.bundle.layout import LayoutError
+    from cnichain.node import installer
+    from cnichain.node.chain import ChainError
 
     cfg = _node_config(host_root, prefix, bin_dir, conf_dir, mode, conf_name, conflist, replace_foreign, agent_socket)
     try:
@@ -471,7 +471,7 @@ def node_uninstall(
     force: bool = typer.Option(False, "--force", help="Also remove our files that were changed since"),
 ) -> None:
     """Remove our conflist, launchers, 'current' and every version: the only command that removes the conflist."""
-    from cnichain.cli.node import installer
+    from cnichain.node import installer
 
     cfg = _node_config(host_root, prefix, bin_dir, conf_dir, "own", "", "", False, "")
     try:
@@ -500,8 +500,8 @@ def node_probe(
     With ``--runtime-endpoint`` the runtime must also report NetworkReady and have loaded a pod
     network (``--conflist``: exactly that file), i.e. the runtime runs our chain.
     """
-    from cnichain.cli.agent.control import fetch_metrics
-    from cnichain.cli.agent.sockets import answers
+    from cnichain.agent.control import fetch_metrics
+    from cnichain.agent.sockets import answers
 
     notes = []
     if socket_path:
@@ -521,7 +521,7 @@ def node_probe(
 
 def _probe_runtime(endpoint: str, conflist: str, timeout: float) -> str:
     """One line about the runtime's network state, or exit 1 saying what is wrong."""
-    from cnichain.cli.node import cri
+    from cnichain.node import cri
 
     path = endpoint[len("unix://"):] if endpoint.startswith("unix://") else endpoint
     try:

@@ -29,7 +29,7 @@ def find_plugin(name: str, paths: list[str]) -> str:
     raise plugin_error(f'failed to find plugin "{name}" in path {paths}')
 
 
-# Set only inside a node-agent worker (cli/agent/): runs a delegate that is one of our own
+# Set only inside a node-agent worker (agent/): runs a delegate that is one of our own
 # launchers in a forked process instead of an exec, with the same isolation and output.  Called as
 # ``runner(binary, env, stdin)``; returns (exit code, stdout, stderr), or None to exec as usual.
 delegate_runner = None

@@ -35,7 +35,7 @@
 
 extern char **environ;
 
-/* --- the baked configuration (written by cli/native_shim.py; keep the layouts in step) --- */
+/* --- the baked configuration (written by node/native_shim.py; keep the layouts in step) --- */
 struct shim_config {
     char magic[32];     /* "CNICHAIN-SHIM-CONFIG/1", the installer's anchor */
     char type[64];      /* plugin type sent to the agent, e.g. "host-local" */

@@ -14,9 +14,9 @@ from typing import Any, Iterator, Optional
 
 import pytest
 
-from cnichain.cli import install as installer
-from cnichain.cli.lab import Lab
-from cnichain.cli.runtime import Runtime
+from cnichain.node import install as installer
+from cnichain.tools.lab import Lab
+from cnichain.tools.runtime import Runtime
 from tests.specver import ALL_VERSIONS, CHAINING_VERSIONS, CHECK_VERSIONS
 
 REFERENCE_DIR = os.environ.get("CNICHAIN_REFERENCE_DIR", "/usr/lib/cni")
@@ -53,12 +53,12 @@ def pytest_collection_modifyitems(config: Any, items: list) -> None:
 def agent_socket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """"" (launchers run cold), or with CNICHAIN_TEST_AGENT=1 (as root) the socket of a session agent.
 
-    Opt-in so that the same integration suite runs once cold and once warm (cli/agent/).
+    Opt-in so that the same integration suite runs once cold and once warm (agent/).
     """
     if os.environ.get("CNICHAIN_TEST_AGENT") != "1" or os.geteuid() != 0:
         yield ""
         return
-    from cnichain.cli.agent import running_agent
+    from cnichain.agent import running_agent
 
     folder = tmp_path_factory.mktemp("agent")
     os.chmod(folder, 0o700)

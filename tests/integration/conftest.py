@@ -1,4 +1,4 @@
-"""Fixtures for the bundled tree (cli/bundle/): built once per session, removed afterwards."""
+"""Fixtures for the bundled tree (node/bundle/): built once per session, removed afterwards."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Iterator
 
 import pytest
 
-from cnichain.cli.bundle import layout
+from cnichain.node.bundle import layout
 
 
 @pytest.fixture(scope="session")
@@ -17,7 +17,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:
 
     if os.geteuid() != 0 or not shutil.which("patchelf"):
         pytest.skip("building a tree needs root and patchelf")
-    from cnichain.cli.bundle.build import build
+    from cnichain.node.bundle.build import build
 
     out = tmp_path_factory.mktemp("bundle-out")
     report = build(str(out), layout.DEFAULT_PREFIX)

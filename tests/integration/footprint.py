@@ -13,7 +13,7 @@ import json
 import os
 from typing import Any
 
-from cnichain.cli.lab import Lab
+from cnichain.tools.lab import Lab
 from tests.runtime.leftovers import PORTMAP_OWNED_PREFIXES, PORTMAP_TABLE
 
 OWNED_TABLES = ("cnichain_portmap", "cnichain_masquerade", "cnichain_macspoof")

@@ -21,10 +21,10 @@ from typing import Iterator, Optional
 
 import pytest
 
-from cnichain.cli import install as installer
-from cnichain.cli import native_shim
-from cnichain.cli.agent import fetch_metrics, running_agent
-from cnichain.cli.runtime import Attachment, ConfList, Runtime
+from cnichain.node import install as installer
+from cnichain.node import native_shim
+from cnichain.agent import fetch_metrics, running_agent
+from cnichain.tools.runtime import Attachment, ConfList, Runtime
 from cnichain.common import netns as netns_mod
 from cnichain.common import shim
 

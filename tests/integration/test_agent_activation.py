@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from cnichain.cli.agent import agent_command, fetch_metrics
+from cnichain.agent import agent_command, fetch_metrics
 from tests.integration.test_agent import AGENT_ENV, PROBE, Setup, probe_conf, run, wait_for
 
 pytestmark = pytest.mark.integration

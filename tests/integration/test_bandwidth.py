@@ -19,8 +19,8 @@ import os
 
 import pytest
 
-from cnichain.cli.lab import isolate_conflist
-from cnichain.cli.runtime import Attachment, ConfList, Runtime
+from cnichain.tools.lab import isolate_conflist
+from cnichain.tools.runtime import Attachment, ConfList, Runtime
 from cnichain.plugins.bandwidth.config import ifb_name
 from tests.specver import (
     CHECK_VERSIONS,

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from cnichain.cli import bench
-from cnichain.cli.lab import leftover_namespaces
+from cnichain.tools import bench
+from cnichain.tools.lab import leftover_namespaces
 
 pytestmark = pytest.mark.integration
 

@@ -18,8 +18,8 @@ import sys
 
 import pytest
 
-from cnichain.cli.lab import Lab
-from cnichain.cli.runtime import Attachment, ConfList, PluginFailed
+from cnichain.tools.lab import Lab
+from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common.errors import Code
 from tests.specver import (
     ALL_VERSIONS,
@@ -535,7 +535,7 @@ def test_corpus_bridge_entries_work_unchanged(lab, runtime, corpus_file):
 
 def test_shipped_conflist_works(lab, runtime):
     """Single: the shipped file carries its own cniVersion (the per-version cases are above)."""
-    from cnichain.cli.lab import isolate_conflist
+    from cnichain.tools.lab import isolate_conflist
 
     path = os.path.join(os.path.dirname(__file__), "..", "..", "conflists", "bridge-host-local.conflist")
     with open(path) as fh:

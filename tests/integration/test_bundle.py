@@ -1,4 +1,4 @@
-"""The bundled tree (cli/bundle/) in an empty root: no /bin/sh, no host libc, no Python outside it.
+"""The bundled tree (node/bundle/) in an empty root: no /bin/sh, no host libc, no Python outside it.
 
 Each command runs chrooted into a temp directory holding only the tree (bind-mounted read-only at
 its real prefix), /dev/null and /proc, in a private mount namespace (tests/emptyroot.py).
@@ -12,9 +12,9 @@ import subprocess
 
 import pytest
 
-from cnichain.cli import native_shim
-from cnichain.cli.bundle import executables, layout
-from cnichain.cli.install import PLUGINS
+from cnichain.node import native_shim
+from cnichain.node.bundle import executables, layout
+from cnichain.node.install import PLUGINS
 from cnichain.plugins.portmap import names as pm_names
 from tests.emptyroot import run_in_root
 

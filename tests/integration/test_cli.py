@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from cnichain.cli.lab import leftover_namespaces
+from cnichain.tools.lab import leftover_namespaces
 
 pytestmark = pytest.mark.integration
 

@@ -23,9 +23,9 @@ import sys
 
 import pytest
 
-from cnichain.cli.install import conflists_dir
-from cnichain.cli.lab import isolate_conflist
-from cnichain.cli.runtime import Attachment, ConfList, PluginFailed
+from cnichain.node.install import conflists_dir
+from cnichain.tools.lab import isolate_conflist
+from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
 from tests.integration.footprint import footprint, leftovers
 
 pytestmark = pytest.mark.integration

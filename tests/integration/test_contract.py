@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from cnichain.cli.install import PLUGINS, available_plugins
+from cnichain.node.install import PLUGINS, available_plugins
 from cnichain.common.types import Result
 from cnichain.common.version import ALL, at_least
 

@@ -1,4 +1,4 @@
-"""CRI-O's call pattern (cli/crio.py) against the real plugins in a throwaway node namespace.
+"""CRI-O's call pattern (tools/crio.py) against the real plugins in a throwaway node namespace.
 
 CRI-O is not packaged for Debian, so the runner reproduces it (ocicni 0.5.0 over libcni 1.3.0):
 VERSION of every plugin at every load, ADD then CHECK of the whole chain at once (silent, from
@@ -20,10 +20,10 @@ from typing import Optional
 
 import pytest
 
-from cnichain.cli import crio
-from cnichain.cli.install import conflists_dir
-from cnichain.cli.lab import isolate_conflist
-from cnichain.cli.runtime import Attachment, ConfList, PluginFailed
+from cnichain.tools import crio
+from cnichain.node.install import conflists_dir
+from cnichain.tools.lab import isolate_conflist
+from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common.version import at_least
 from tests.integration.footprint import difference, footprint, leftovers
 

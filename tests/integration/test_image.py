@@ -1,4 +1,4 @@
-"""The OCI image (cli/bundle/image.py): built with podman into private storage, then run.
+"""The OCI image (node/bundle/image.py): built with podman into private storage, then run.
 
 podman here needs ``--runtime runc`` and explicit ulimits; the storage is a temp dir, reset and
 removed afterwards, so the machine's own podman storage is never touched.  Skipped without podman
@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from cnichain.cli.bundle import image, layout
+from cnichain.node.bundle import image, layout
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ import shutil
 
 import pytest
 
-from cnichain.cli.bundle import layout
+from cnichain.node.bundle import layout
 from tests.emptyroot import run_in_root
 
 pytestmark = pytest.mark.integration
@@ -75,7 +75,7 @@ def test_readiness_probe_follows_the_agent(tmp_path):
     """``cnichain node probe`` (the DaemonSet's readiness probe) passes with an agent and fails without."""
     from typer.testing import CliRunner
 
-    from cnichain.cli.agent import running_agent
+    from cnichain.agent import running_agent
     from cnichain.cli.app import app
 
     folder = tmp_path / "run"

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from cnichain.cli.runtime import Attachment, ConfList, Runtime
+from cnichain.tools.runtime import Attachment, ConfList, Runtime
 from cnichain.plugins.bandwidth.config import ifb_name
 from cnichain.plugins.portmap import plan as planning
 from cnichain.plugins.portmap.config import PortmapConfig, PortMapping

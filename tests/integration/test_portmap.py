@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from cnichain.cli.runtime import Attachment, ConfList, PluginFailed
+from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common.types import Result
 from cnichain.plugins.portmap import names, rebuild as slow
 from tests.specver import assert_check_refused, assert_cni_error, assert_failed, check_as_runtime, expects_check

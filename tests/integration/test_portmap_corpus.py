@@ -16,8 +16,8 @@ import os
 
 import pytest
 
-from cnichain.cli.lab import isolate_conflist
-from cnichain.cli.runtime import Attachment, ConfList
+from cnichain.tools.lab import isolate_conflist
+from cnichain.tools.runtime import Attachment, ConfList
 from tests.integration.test_portmap import CLIENT4, NODE4, fetch, pod_ips, serve, table
 
 pytestmark = pytest.mark.integration

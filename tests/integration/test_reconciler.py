@@ -18,11 +18,11 @@ from typing import Callable, Iterator
 
 import pytest
 
-from cnichain.cli.agent import running_agent
-from cnichain.cli.agent.reconcile import status as rstatus
-from cnichain.cli.agent.reconcile.settings import status_path
-from cnichain.cli.lab import isolate_conflist
-from cnichain.cli.runtime import Attachment, ConfList, PluginFailed
+from cnichain.agent import running_agent
+from cnichain.agent.reconcile import status as rstatus
+from cnichain.agent.reconcile.settings import status_path
+from cnichain.tools.lab import isolate_conflist
+from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
 from cnichain.plugins.bandwidth.config import ifb_name
 from cnichain.plugins.portmap import names
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from cnichain.cli.runtime import Attachment
+from cnichain.tools.runtime import Attachment
 from tests.integration.test_reconciler import LIMITS, Node, masquerade_rules, wait_for
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ import os
 
 import pytest
 
-from cnichain.cli.runtime import Attachment, ConfList, PluginFailed
+from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common import reference_rules
 from cnichain.plugins.bandwidth.config import ifb_name
 from tests.integration.test_portmap import CLIENT4, CLIENT6, NODE4, NODE6, fetch, serve, wait_no_tentative

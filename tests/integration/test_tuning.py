@@ -19,8 +19,8 @@ import subprocess
 
 import pytest
 
-from cnichain.cli.lab import isolate_conflist
-from cnichain.cli.runtime import Attachment, ConfList
+from cnichain.tools.lab import isolate_conflist
+from cnichain.tools.runtime import Attachment, ConfList
 from cnichain.common.types import Result
 from tests.specver import (
     CHAINING_VERSIONS,

@@ -24,9 +24,9 @@ from typing import Iterator
 
 import pytest
 
-from cnichain.cli.agent.control import fetch_metrics
-from cnichain.cli.bundle import image, layout
-from cnichain.cli.install import conflists_dir
+from cnichain.agent.control import fetch_metrics
+from cnichain.node.bundle import image, layout
+from cnichain.node.install import conflists_dir
 
 from .containerd import Containerd, Release, start_with_cri
 from .cri_client import CriClient
@@ -55,7 +55,7 @@ def build_node_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeI
     """The cnichain image in a private podman storage (tree built once); removed afterwards."""
     if os.geteuid() != 0 or not shutil.which("podman") or not shutil.which("patchelf"):
         pytest.skip("needs root, podman and patchelf")
-    from cnichain.cli.bundle.build import build
+    from cnichain.node.bundle.build import build
 
     out = str(tmp_path_factory.mktemp("e2e-tree"))
     storage = tempfile.mkdtemp(prefix="cnie2e-")  # podman: runroot path at most 50 characters

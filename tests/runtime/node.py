@@ -16,7 +16,7 @@ import subprocess
 import sys
 from typing import Optional
 
-from cnichain.cli.lab import Lab
+from cnichain.tools.lab import Lab
 
 from . import reaper
 from .holder import Holder

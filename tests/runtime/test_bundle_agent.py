@@ -30,8 +30,8 @@ from types import ModuleType
 
 import pytest
 
-from cnichain.cli.agent.sockets import answers
-from cnichain.cli.bundle import layout
+from cnichain.agent.sockets import answers
+from cnichain.node.bundle import layout
 
 from . import leftovers, ocimage, traffic
 from .bundlenode import (AGENT_SOCKET, AgentPod, NodeImage, checks_run, hide_python_and_shells, install_with_image,
@@ -133,7 +133,7 @@ def test_upgrade_to_a_rebuilt_tree_while_pods_come_and_go(
         containerd_release: Release, node_image: NodeImage, cri_api: tuple[ModuleType, ModuleType],
         image_archive: tuple[str, str],
         tmp_path_factory: pytest.TempPathFactory) -> None:
-    from cnichain.cli.bundle.build import build
+    from cnichain.node.bundle.build import build
 
     archive, busybox = image_archive
     out2 = str(tmp_path_factory.mktemp("e2e-tree2"))

@@ -17,7 +17,7 @@ from types import ModuleType
 
 import pytest
 
-from cnichain.cli.bundle import layout
+from cnichain.node.bundle import layout
 
 from . import leftovers, ocimage, traffic
 from .bundlenode import NodeImage, checks_run, hide_python_and_shells, install_with_image, node_dirs, start_cri

@@ -13,9 +13,9 @@ from typing import Callable
 
 import pytest
 
-from cnichain.cli.agent import running_agent
-from cnichain.cli.agent.reconcile import status as rstatus
-from cnichain.cli.agent.reconcile.settings import status_path
+from cnichain.agent import running_agent
+from cnichain.agent.reconcile import status as rstatus
+from cnichain.agent.reconcile.settings import status_path
 
 from . import leftovers, traffic
 from .conftest import CriNode

@@ -30,7 +30,7 @@ from typing import Iterator, Optional
 import grpc
 import pytest
 
-from cnichain.cli.agent.control import RunningAgent, running_agent
+from cnichain.agent.control import RunningAgent, running_agent
 
 from . import leftovers
 from .conftest import CriNode

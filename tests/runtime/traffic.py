@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 import time
 
-from cnichain.cli.lab import iperf_rate, wait_listening
+from cnichain.tools.lab import iperf_rate, wait_listening
 
 __all__ = ["iperf_rate", "wait_listening", "pod_argv", "tcp_request", "http_get", "udp_exchange", "start_echo",
            "stop", "rate_within"]

@@ -19,8 +19,8 @@ import threading
 
 import pytest
 
-from cnichain.cli import agent as agent_mod
-from cnichain.cli import install as installer
+from cnichain import agent as agent_mod
+from cnichain.node import install as installer
 from cnichain.common import shim
 from cnichain.common.errors import CniError
 from cnichain.common.skel import Plugin, error_json
@@ -146,7 +146,7 @@ def test_parse_args_defaults_and_plugins():
 
 
 def test_agent_module_imports_no_typer():
-    code = "import sys, cnichain.cli.agent; print('typer' in sys.modules)"
+    code = "import sys, cnichain.agent; print('typer' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
@@ -418,7 +418,7 @@ def test_metrics_count_pooled_and_forked_workers():
 
 def test_a_worker_takes_exactly_the_requests_environment_in_order():
     """What os.environ and an exec'd child (a delegate) see afterwards: the request's variables only."""
-    code = ("import os, subprocess; from cnichain.cli.agent import worker; "
+    code = ("import os, subprocess; from cnichain.agent import worker; "
             "worker.reset_process_state({'CNI_COMMAND': 'ADD', 'B': '2', 'A': '1'}); "
             "print(list(os.environ.items())); "
             "print(subprocess.run(['env', '-0'], capture_output=True).stdout.split(b'\\0')[:-1])")
@@ -431,7 +431,7 @@ def test_a_worker_takes_exactly_the_requests_environment_in_order():
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="setns needs CAP_SYS_ADMIN")
 def test_rehearsing_namespace_entry_stays_where_it_is_and_resolves_libc_once():
-    from cnichain.cli.agent import peer
+    from cnichain.agent import peer
 
     before = (peer.ns_id("/proc/self/ns/net"), peer.ns_id("/proc/self/ns/mnt"))
     peer.rehearse()

@@ -1,4 +1,4 @@
-"""sd_listen_fds semantics of the agent's socket activation (cli/agent/activation.py), on real
+"""sd_listen_fds semantics of the agent's socket activation (agent/activation.py), on real
 sockets placed at consecutive descriptors as systemd places them (here from fd 200, not 3)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from cnichain.cli.agent import activation
+from cnichain.agent import activation
 
 FIRST = 200
 

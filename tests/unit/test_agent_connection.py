@@ -1,4 +1,4 @@
-"""The agent's per-connection state machine (cli/agent/connection.py): its legal moves, stated once,
+"""The agent's per-connection state machine (agent/connection.py): its legal moves, stated once,
 and the deadline each state gets.  No root, no selector, no fork: a socketpair stands in for a
 client."""
 
@@ -9,9 +9,9 @@ from typing import Iterator
 
 import pytest
 
-from cnichain.cli.agent import connection
-from cnichain.cli.agent.config import GO_TIMEOUT, KILL_GRACE, READ_TIMEOUT
-from cnichain.cli.agent.connection import CNI, GO, LEGAL, METRICS, READ, RUN, Conn, IllegalTransition
+from cnichain.agent import connection
+from cnichain.agent.config import GO_TIMEOUT, KILL_GRACE, READ_TIMEOUT
+from cnichain.agent.connection import CNI, GO, LEGAL, METRICS, READ, RUN, Conn, IllegalTransition
 
 LIMIT = 60.0
 

@@ -13,9 +13,9 @@ import threading
 
 import pytest
 
-from cnichain.cli import install as installer
-from cnichain.cli.agent import DelegateRunner, load_plugins, protocol
-from cnichain.cli.agent.delegates import IN_PROCESS_COMMANDS
+from cnichain.node import install as installer
+from cnichain.agent import DelegateRunner, load_plugins, protocol
+from cnichain.agent.delegates import IN_PROCESS_COMMANDS
 from cnichain.common import log as log_mod
 
 

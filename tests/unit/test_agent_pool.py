@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from cnichain.cli.agent import pool, pool_keeper
-from cnichain.cli.agent.config import AgentConfig
-from cnichain.cli.agent.home import Home
-from cnichain.cli.agent.log import AgentLog
+from cnichain.agent import pool, pool_keeper
+from cnichain.agent.config import AgentConfig
+from cnichain.agent.home import Home
+from cnichain.agent.log import AgentLog
 
 
 def test_done_reports_round_trip_and_anything_else_is_not_one():

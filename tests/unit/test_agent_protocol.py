@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from cnichain.cli.agent import config, metrics, protocol, worker
+from cnichain.agent import config, metrics, protocol, worker
 from cnichain.common import shim
 
 KNOWN = {"probe"}
@@ -154,7 +154,7 @@ def test_config_derived_paths_and_limits():
 
 def test_public_names_stay_importable_from_the_package():
     """What cli/app.py, the bench, tests/conftest.py and the agent's own argv import."""
-    import cnichain.cli.agent as agent
+    import cnichain.agent as agent
 
     for name in ("serve", "main", "running_agent", "fetch_metrics", "RunningAgent", "agent_command", "AgentConfig",
                  "parse_args", "decode_request", "error_result", "Metrics", "launcher_target", "DelegateRunner"):

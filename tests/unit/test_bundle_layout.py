@@ -1,4 +1,4 @@
-"""Paths of a bundled tree (cli/bundle/layout.py) and the builder's refusal of bad input before any write."""
+"""Paths of a bundled tree (node/bundle/layout.py) and the builder's refusal of bad input before any write."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from cnichain.cli.bundle import layout
-from cnichain.cli.bundle.__main__ import main
-from cnichain.cli.bundle.sources import _requirement_applies
+from cnichain.node.bundle import layout
+from cnichain.node.bundle.__main__ import main
+from cnichain.node.bundle.sources import _requirement_applies
 
 
 @pytest.mark.parametrize("bad", ["", "opt/cni", "/opt/cni/", "/opt//cni", "/opt/../cni", "/opt/c ni", "/opt/$x", "/opt/cni\n"])

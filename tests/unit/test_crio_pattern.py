@@ -1,4 +1,4 @@
-"""CRI-O's call pattern (cli/crio.py) against recording stand-in plugins: exactly what is exec'd,
+"""CRI-O's call pattern (tools/crio.py) against recording stand-in plugins: exactly what is exec'd,
 with which environment and stdin, in which order.  The kernel side is tests/integration/test_crio.py."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from cnichain.cli import crio
-from cnichain.cli.runtime import ConfList, Runtime
+from cnichain.tools import crio
+from cnichain.tools.runtime import ConfList, Runtime
 
 # A stand-in plugin: appends {command, env, stdin} to $LOG, answers VERSION and ADD, prints
 # $CHECK_OUTPUT on CHECK (empty by default).

@@ -19,8 +19,8 @@ import pytest
 
 yaml = pytest.importorskip("yaml")
 
-from cnichain.cli.bundle import layout  # noqa: E402
-from cnichain.cli.node import installer  # noqa: E402
+from cnichain.node.bundle import layout  # noqa: E402
+from cnichain.node import installer  # noqa: E402
 from cnichain.common import shim  # noqa: E402
 
 DEPLOY = os.path.join(os.path.dirname(__file__), "..", "..", "deploy")
@@ -232,7 +232,7 @@ def test_chart_defaults_match_the_installer_and_agent():
     assert values["agent"]["socket"] == shim.DEFAULT_SOCKET
     assert os.path.dirname(values["agent"]["socket"]) == values["agent"]["socketDir"]
     assert values["mode"] in installer.MODES
-    from cnichain.cli.agent.config import AgentConfig
+    from cnichain.agent.config import AgentConfig
 
     assert values["agent"]["pool"] == AgentConfig().pool_size
     assert values["own"]["conflist"] == installer.DEFAULT_OWN_CONFLIST

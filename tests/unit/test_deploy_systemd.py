@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 import shlex
 
-from cnichain.cli import native_shim
-from cnichain.cli.agent import AgentConfig
-from cnichain.cli.agent import activation
+from cnichain.node import native_shim
+from cnichain.agent import AgentConfig
+from cnichain.agent import activation
 from cnichain.common import shim
 
 DEPLOY = os.path.join(os.path.dirname(__file__), "..", "..", "deploy")

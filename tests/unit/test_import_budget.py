@@ -29,7 +29,7 @@ import sys
 
 import pytest
 
-from cnichain.cli import install as installer
+from cnichain.node import install as installer
 
 AVAILABLE = installer.available_plugins()
 ALWAYS_FORBIDDEN = ("typer", "click", "rich", "cnichain.cli", "logging")

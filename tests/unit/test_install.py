@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from cnichain.cli import install as inst
+from cnichain.node import install as inst
 
 
 def test_launcher_runs_isolated_and_without_site(tmp_path):
@@ -64,7 +64,7 @@ def test_conflist_install(tmp_path):
 
 
 def test_shipped_conflists_are_valid():
-    from cnichain.cli.runtime import ConfList
+    from cnichain.tools.runtime import ConfList
 
     folder = inst.conflists_dir()
     names = [n for n in os.listdir(folder) if n.endswith((".conflist", ".conf"))]

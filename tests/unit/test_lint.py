@@ -12,8 +12,8 @@ from typing import Any, Optional
 
 import pytest
 
-from cnichain.cli import lint
-from cnichain.cli.lint import ERROR, WARNING
+from cnichain.tools import lint
+from cnichain.tools.lint import ERROR, WARNING
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS = sorted(glob.glob(os.path.join(ROOT, "tests", "data", "corpus", "*.conf*"))

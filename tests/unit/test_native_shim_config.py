@@ -1,6 +1,6 @@
 """The native shim's baked configuration and how the installer lays it out on a node.
 
-The block layout lives twice (shim/cnichain-shim.c and cnichain.cli.native_shim); the first test
+The block layout lives twice (shim/cnichain-shim.c and cnichain.node.native_shim); the first test
 keeps the two in step.  The rest install into tmp dirs: which files are written, that uninstall
 removes exactly those, and that the agent's delegate shortcut still recognises our executables.
 """
@@ -14,9 +14,9 @@ import subprocess
 
 import pytest
 
-from cnichain.cli import install as inst
-from cnichain.cli import native_shim
-from cnichain.cli.agent import launcher_target
+from cnichain.node import install as inst
+from cnichain.node import native_shim
+from cnichain.agent import launcher_target
 
 SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shim",
                       "cnichain-shim.c")

@@ -1,4 +1,4 @@
-"""Chaining into another network's conflist (cli/node/chain.py), against real conflists from the corpus."""
+"""Chaining into another network's conflist (node/chain.py), against real conflists from the corpus."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from cnichain.cli.node import chain
+from cnichain.node import chain
 
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "data", "corpus")
 

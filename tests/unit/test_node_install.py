@@ -1,4 +1,4 @@
-"""The node installer (cli/node/) in temp directories: atomic writes, versions and the symlink, order, undo.
+"""The node installer (node/) in temp directories: atomic writes, versions and the symlink, order, undo.
 
 A fake tree (a directory with a manifest) stands in for the bundle and a fake runner for the
 VERSION check; tests/integration/test_node_install.py runs the real tree.
@@ -12,9 +12,9 @@ import shutil
 
 import pytest
 
-from cnichain.cli.bundle import layout
-from cnichain.cli.node import atomic, installer
-from cnichain.cli.node.state import NodeState
+from cnichain.node.bundle import layout
+from cnichain.node import atomic, installer
+from cnichain.node.state import NodeState
 
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "data", "corpus")
 
@@ -183,8 +183,8 @@ def test_temp_names_never_look_like_network_configs(tmp_path):
 
 
 def test_a_tree_carrying_the_native_shim_installs_it_with_the_trees_launcher_as_fallback(host, tmp_path):
-    from cnichain.cli import native_shim
-    from cnichain.cli.bundle import executables
+    from cnichain.node import native_shim
+    from cnichain.node.bundle import executables
 
     binary = native_shim.built_binary()
     if binary is None:
@@ -210,8 +210,8 @@ def test_a_tree_carrying_the_native_shim_installs_it_with_the_trees_launcher_as_
 
 
 def test_chained_shims_forward_as_the_plugin_type_and_fall_back_by_their_own_name():
-    from cnichain.cli import native_shim
-    from cnichain.cli.bundle import executables
+    from cnichain.node import native_shim
+    from cnichain.node.bundle import executables
 
     binary = native_shim.built_binary()
     if binary is None:

@@ -6,10 +6,10 @@ import struct
 
 import pytest
 
-from cnichain.cli.agent.reconcile import netlink_events as ev
-from cnichain.cli.agent.reconcile import settings, status
-from cnichain.cli.agent.reconcile.budget import Budget
-from cnichain.cli.node import cri
+from cnichain.agent.reconcile import netlink_events as ev
+from cnichain.agent.reconcile import settings, status
+from cnichain.agent.reconcile.budget import Budget
+from cnichain.node import cri
 
 
 def _msg(msg_type: int, payload: bytes = b"\0" * 4) -> bytes:

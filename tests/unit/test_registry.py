@@ -6,7 +6,7 @@ import importlib
 import os
 import tomllib
 
-from cnichain.cli import install
+from cnichain.node import install
 from cnichain.plugins import registry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))

@@ -23,8 +23,8 @@ from typing import Callable, Iterator, Optional
 
 import pytest
 
-from cnichain.cli import native_shim
-from cnichain.cli.agent import decode_request, error_result
+from cnichain.node import native_shim
+from cnichain.agent import decode_request, error_result
 from cnichain.common import shim
 
 PYTHON = os.path.realpath(sys.executable)  # the real interpreter: uid 65534 may not enter a venv
@@ -400,7 +400,7 @@ def test_native_shim_unconfigured_is_a_cni_error(folder):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start an agent and to run as uid 65534")
 def test_a_non_root_caller_is_refused_and_runs_cold(folder, sock):
-    from cnichain.cli.agent import running_agent
+    from cnichain.agent import running_agent
 
     run_dir = os.path.join(folder, "run")
     agent_sock = os.path.join(run_dir, "agent.sock")

@@ -1,0 +1,102 @@
+"""The agent's settings: one dataclass, its defaults and limits, and the command line that fills it.
+
+``cnichain agent`` (cli/app.py, typer) and ``python -m cnichain.agent`` (argparse, no typer:
+what :func:`cnichain.agent.control.agent_command` starts) both end in an :class:`AgentConfig`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+from cnichain.agent.protocol import MAX_REQUEST
+from cnichain.agent.reconcile.settings import ReconcileConfig, add_arguments, from_args
+from cnichain.common import shim
+
+READ_TIMEOUT = 5.0  # from accept to a complete request
+GO_TIMEOUT = 5.0  # from ACK to the shim's GO
+KILL_GRACE = 2.0  # after the per-request limit (the worker's own alarm) before SIGKILL
+
+
+@dataclass
+class AgentConfig:
+    socket_path: str = shim.DEFAULT_SOCKET
+    metrics_socket: Optional[str] = None  # default "<socket_path>.metrics"; "" disables
+    metrics_port: int = 0  # opt-in loopback TCP port for Prometheus
+    request_timeout: float = 60.0
+    max_request: int = MAX_REQUEST
+    max_workers: int = 64
+    pool_size: int = 6  # long-lived workers kept ready at least (more after bursts, see pool_keeper);
+    # one pod through a five-plugin chain takes six (bridge's IPAM delegate is a request too)
+    worker_requests: int = 1000  # a worker retires after serving this many (1: a fresh process each)
+    worker_rss_growth: int = 64 << 20  # ... or when its resident memory grew this much (bytes; 0: never)
+    drain_timeout: Optional[float] = None  # default: request_timeout + KILL_GRACE
+    log_file: Optional[str] = None  # default: stderr
+    extra_plugins: dict[str, str] = field(default_factory=dict)  # type -> module exposing PLUGIN
+    fork_delegates: bool = True  # run delegates that would come back to us in a fork, not an exec
+    reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)  # see agent/reconcile/
+
+    @property
+    def metrics_path(self) -> str:
+        """The metrics socket path ("" when disabled)."""
+        return self.socket_path + ".metrics" if self.metrics_socket is None else self.metrics_socket
+
+    @property
+    def drain_limit(self) -> float:
+        """How long a drain waits for running workers before the agent leaves anyway."""
+        return self.drain_timeout if self.drain_timeout is not None else self.request_timeout + KILL_GRACE
+
+
+def parse_args(argv: Optional[list[str]] = None) -> AgentConfig:
+    p = argparse.ArgumentParser(prog="cnichain agent", description="Serve CNI plugin requests warm (see agent/).")
+    p.add_argument("--socket", default=os.environ.get(shim.ENV_SOCKET) or shim.DEFAULT_SOCKET)
+    p.add_argument("--metrics-socket", default=None, help='default "<socket>.metrics"; "" disables')
+    p.add_argument("--metrics-port", type=int, default=0, help="also serve metrics on 127.0.0.1:PORT")
+    p.add_argument("--request-timeout", type=float, default=60.0)
+    p.add_argument("--max-workers", type=int, default=64)
+    p.add_argument("--pool", type=int, default=6, metavar="N",
+                   help="long-lived workers kept ready at least; more stay after a burst (0 = none ahead of demand)")
+    p.add_argument("--worker-requests", type=int, default=1000, metavar="N",
+                   help="a worker retires after N requests (1 = a fresh process for every request)")
+    p.add_argument("--worker-rss-growth", type=int, default=64, metavar="MiB",
+                   help="a worker retires when its resident memory grew by more than this (0 = never)")
+    p.add_argument("--drain-timeout", type=float, default=None)
+    p.add_argument("--log-file", default=None)
+    p.add_argument("--exec-delegates", action="store_true",
+                   help="exec IPAM delegates even when they are our own launchers (default: fork them)")
+    p.add_argument("--plugin", action="append", default=[], metavar="TYPE=MODULE",
+                   help="also serve a plugin from a module exposing PLUGIN (repeatable)")
+    add_arguments(p)
+    ns = p.parse_args(argv)
+    extra = {}
+    for item in ns.plugin:
+        name, sep, module = item.partition("=")
+        if not sep or not name or not module:
+            p.error(f"--plugin {item!r}: expected TYPE=MODULE")
+        extra[name] = module
+    return AgentConfig(
+        socket_path=ns.socket,
+        metrics_socket=ns.metrics_socket,
+        metrics_port=ns.metrics_port,
+        request_timeout=ns.request_timeout,
+        max_workers=ns.max_workers,
+        pool_size=max(0, ns.pool),
+        worker_requests=max(1, ns.worker_requests),
+        worker_rss_growth=max(0, ns.worker_rss_growth) << 20,
+        drain_timeout=ns.drain_timeout,
+        log_file=ns.log_file,
+        extra_plugins=extra,
+        fork_delegates=not ns.exec_delegates,
+        reconcile=_reconcile(p, ns),
+    )
+
+
+def _reconcile(p: argparse.ArgumentParser, ns: argparse.Namespace) -> ReconcileConfig:
+    cfg = from_args(ns)
+    try:
+        cfg.validate()
+    except ValueError as exc:
+        p.error(str(exc))
+    return cfg

@@ -1,0 +1,163 @@
+"""The reconciler process: wait for kernel notifications and timers, run the engine's passes.
+
+Its own process, started by the agent (:mod:`cnichain.agent.reconcile`): the agent's loop is
+one thread that forks workers, so it must not run threads or slow kernel listings itself, and a
+reconciler that crashes or hangs never delays a CNI request.  It dies with the agent (the parent
+death signal), so with the agent down nothing here runs.
+
+Timing: a deletion notification schedules a repair pass ``settle`` seconds later (so one ``nft
+flush ruleset`` -- hundreds of messages -- costs one pass), the pass itself takes milliseconds per
+attachment, and the periodic sweep (repair, leaks, cache, status) is the backstop for anything a
+notification missed.  Repairs of the notified kind only; the sweep checks everything.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import socket
+import time
+from typing import Optional
+
+from cnichain.agent.log import AgentLog
+
+from cnichain.agent.reconcile import netlink_events as ev
+from cnichain.agent.reconcile.engine import Reconciler
+from cnichain.tools.podstate.sandboxes import source
+from cnichain.agent.reconcile.settings import ReconcileConfig, parse
+
+PR_SET_PDEATHSIG = 1
+WATCH_TICK = 1.0  # while a repair is being watched, look at the cache this often
+RETRY_AFTER = 0.5  # a suspected loss is confirmed, a failed repair retried, this soon (budget-bounded)
+
+
+def _die_with_parent(parent: int) -> None:
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if parent and os.getppid() != parent:
+        raise SystemExit(0)  # the agent was already gone before the signal was armed
+
+
+def _enter_mount_ns(path: str) -> None:
+    """Into the host's mount namespace (a privileged pod with hostPID), while still single-threaded:
+    there the runtime's result cache, the plugin bin dir and /run/netns are the host's own."""
+    from cnichain.agent.peer import CLONE_NEWNS, setns
+
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        setns(fd, CLONE_NEWNS)
+    finally:
+        os.close(fd)
+    os.chdir("/")
+
+
+def run(cfg: ReconcileConfig, parent: int = 0) -> int:
+    _die_with_parent(parent)
+    log = AgentLog()
+    if cfg.log_file:
+        log.open(cfg.log_file)  # before moving: the log file is the agent's
+    if cfg.mount_ns:
+        try:
+            _enter_mount_ns(cfg.mount_ns)
+        except OSError as exc:
+            log(f"reconcile: cannot enter mount namespace {cfg.mount_ns}: {exc}; not reconciling")
+            return 1
+    stop: list[int] = []
+    wake_r, wake_w = socket.socketpair()
+    wake_r.setblocking(False)
+    wake_w.setblocking(False)
+    signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda s, _f: stop.append(s))
+    engine = Reconciler(cfg, log, source(cfg.runtime_endpoint, log))
+    sel = selectors.DefaultSelector()
+    sel.register(wake_r, selectors.EVENT_READ, None)
+    subs: list[ev.Subscription] = []
+    try:
+        subs = ev.subscribe()
+    except OSError as exc:
+        log(f"reconcile: no netlink notifications ({exc}); relying on the sweep every {cfg.sweep_interval:g} s")
+    for sub in subs:
+        sel.register(sub.sock, selectors.EVENT_READ, sub)
+    log(f"reconcile: {cfg.mode}: networks={','.join(cfg.networks) or 'all'} grace={cfg.grace:g}s "
+        f"sweep={cfg.sweep_interval:g}s caches={','.join(cfg.cache_dirs)} runtime listing: {engine.runtime_listing}")
+    next_sweep = time.monotonic()
+    pending: Optional[float] = None
+    kinds: set[str] = set()
+    try:
+        while not stop:
+            now = time.monotonic()
+            deadline = next_sweep if pending is None else min(next_sweep, pending)
+            if engine.watch:
+                deadline = min(deadline, now + WATCH_TICK)
+            for key, _mask in sel.select(max(0.0, deadline - now)):
+                if key.data is None:
+                    try:
+                        while wake_r.recv(512):
+                            pass
+                    except BlockingIOError:
+                        pass
+                    continue
+                got = key.data.read()
+                if got:
+                    kinds |= got
+                    if pending is None:
+                        pending = time.monotonic() + cfg.settle
+            if stop:
+                break
+            now = time.monotonic()
+            if now >= next_sweep:
+                engine.sweep()
+                kinds.clear()
+                pending = None
+                next_sweep = time.monotonic() + cfg.sweep_interval
+            elif pending is not None and now >= pending:
+                todo = frozenset(kinds)
+                kinds.clear()
+                pending = None
+                _pass(engine, log, todo)
+            elif engine.watch:
+                _pass(engine, log, frozenset())
+            if engine.retry_kinds and pending is None:
+                kinds |= engine.retry_kinds
+                engine.retry_kinds.clear()
+                pending = time.monotonic() + RETRY_AFTER
+    finally:
+        engine.save()
+        for sub in subs:
+            sub.close()
+        log("reconcile: stopped")
+    return 0
+
+
+def _pass(engine: Reconciler, log: AgentLog, kinds: frozenset[str]) -> None:
+    try:
+        if kinds:
+            engine.repair_pass(kinds)
+            engine.save()
+        else:
+            engine._check_watch()
+    except Exception as exc:  # noqa: BLE001 - never leave over one bad pass; the sweep retries
+        log(f"reconcile: pass failed: {exc!r}")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """``python -c 'from cnichain.agent.reconcile.loop import main; main()' --status-file ...``"""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    parent = 0
+    if args[:1] == ["--parent"]:
+        parent = int(args[1])
+        args = args[2:]
+    try:
+        cfg = parse(args)
+    except ValueError as exc:
+        print(f"cnichain-reconcile: {exc}", file=sys.stderr)
+        return 2
+    return run(cfg, parent)

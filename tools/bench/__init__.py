@@ -1,0 +1,59 @@
+"""``cnichain bench``: per-pod exec-to-exit latency of our plugins, side by side with the reference.
+
+A node pays one plugin process per plugin per command per pod, so the number that matters is the
+time from exec to exit, as the runtime sees it.  The bench drives the plugins exactly as a runtime
+does (through :class:`cnichain.tools.runtime.Runtime`: ADD in order with ``prevResult`` and
+``runtimeConfig``, DEL in reverse with the cached result) inside throwaway namespaces, and times
+every exec with the runner's ``on_exec`` hook.
+
+Each implementation ("mode") gets its own node namespace, pod namespaces, IPAM directory and result
+cache, so the two never see each other's bridges, rules or reservations; within one run the modes
+are interleaved pod by pod (alternating which goes first) so machine noise hits both alike.
+
+Phases:
+
+``floor``     a bare interpreter start (``python -I -S -c pass``) and every plugin's VERSION exec:
+              the cost no plugin work can go below.
+``chain``     N pods through the whole conflist, one after another.
+``status``    STATUS to every plugin of the chain at 1.1.0, as containerd 2.1 does on each CRI
+              Status poll (~5 s): the cost of one sweep, counted even where the reference fails it.
+``parallel``  8 pods at once (ADD batch, then DEL batch): wall time per batch.
+``growth``    host-local and portmap ADD/DEL with 0, 100, 1,000 other pods present.
+
+The result is a JSON document (``summary``), a terminal table and, when matplotlib is installed,
+a PNG chart of latency against pods present.  This package never imports typer; ``cnichain bench``
+in :mod:`cnichain.cli.app` is a thin wrapper over :func:`main`.
+
+The modules, one job each (pure ones marked):
+
+``options``   the options, their defaults and validation, argparse
+``session``   one run's state: the modes, the samples, how execs are recorded
+``modes``     setting up the implementations under test (launchers, namespaces, chains, the agent)
+``phases``    the floor, chain and parallel phases
+``growth``    the growth phase
+``status``    the status phase
+``stats``     (pure) percentiles, statistics, ratios, acceptance-target verdicts
+``summary``   (pure) the JSON result document from what the phases recorded
+``render``    (pure) the terminal table
+``chart``     the optional matplotlib PNG
+``progress``  the status line on stderr
+``runner``    run_bench and main: lab, phases in order, files, exit code
+"""
+
+from __future__ import annotations
+
+from cnichain.tools.bench.chart import write_chart
+from cnichain.tools.bench.modes import start_warm_agent, warm_unavailable
+from cnichain.tools.bench.options import DEFAULT_CONFLIST, DEFAULT_REFERENCE_DIR, MODES, PHASES, Options, options_from, parse_args
+from cnichain.tools.bench.progress import Progress
+from cnichain.tools.bench.render import LABEL, render_table
+from cnichain.tools.bench.runner import main, run_bench, write_outputs
+from cnichain.tools.bench.session import Bench, Mode, Sample
+from cnichain.tools.bench import stats  # the module (pct, stats, ratio, targets live there)
+from cnichain.tools.bench.summary import summarize
+
+__all__ = [
+    "Bench", "DEFAULT_CONFLIST", "DEFAULT_REFERENCE_DIR", "LABEL", "MODES", "Mode", "Options", "PHASES", "Progress",
+    "Sample", "main", "options_from", "parse_args", "render_table", "run_bench", "stats", "start_warm_agent",
+    "summarize", "warm_unavailable", "write_chart", "write_outputs",
+]
