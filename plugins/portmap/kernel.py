@@ -83,20 +83,20 @@ class _netns_lock:
 
 
 def snapshot() -> Optional[Snapshot]:
-    objs = _list(f"table {names.T}")
+    objs = _list(f"table {names.FAMILY_TABLE}")
     return None if objs is None else Snapshot.from_json(objs)
 
 
 def owner_comments(owner: str) -> Optional[list[str]]:
     """Rule comments of the container's DNAT chain, or None when it has none."""
-    objs = _list(f"chain {names.T} {names.dnat_chain(owner)}")
+    objs = _list(f"chain {names.FAMILY_TABLE} {names.dnat_chain(owner)}")
     if objs is None:
         return None
     return [str(o["rule"].get("comment", "")) for o in objs if "rule" in o]
 
 
 def chain_rule_count(name: str) -> Optional[int]:
-    objs = _list(f"chain {names.T} {name}")
+    objs = _list(f"chain {names.FAMILY_TABLE} {name}")
     return None if objs is None else sum(1 for o in objs if "rule" in o)
 
 

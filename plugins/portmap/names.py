@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # annotations only: typing costs milliseconds per exec
 
 FAMILY = "inet"
 TABLE = "cnichain_portmap"
-T = f"{FAMILY} {TABLE}"
+FAMILY_TABLE = f"{FAMILY} {TABLE}"  # how nft commands name the table: "inet cnichain_portmap"
 TABLE_COMMENT = "cnichain portmap: hostPort DNAT and hairpin masquerade"
 DSTNAT_PRIORITY = -100
 SRCNAT_PRIORITY = 95  # just before srcnat so bridge/ptp masquerade rules cannot pre-empt hairpin

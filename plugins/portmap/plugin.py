@@ -30,7 +30,7 @@ def _config(req: Request) -> PortmapConfig:
     cfg = load(req.conf, strict=req.command == "ADD")
     if cfg.backend == "iptables":
         log.info('portmap: backend "iptables" requested; this plugin always programs nftables '
-                 f"(table {names.T}), and iptables-style conditions are translated")
+                 f"(table {names.FAMILY_TABLE}), and iptables-style conditions are translated")
     marks = [k for k in cfg.ignored_keys if k in ("markMasqBit", "externalSetMarkChain")]
     if marks:
         log.info(
@@ -136,7 +136,7 @@ def cmd_check(req: Request) -> None:
         return None  # a pod the reference set up before a swap in place: its rules do the job
     for chain, rules in SKELETON_RULES.items():
         if (kernel.chain_rule_count(chain) or 0) < rules:
-            raise plugin_error(f'missing hostport rules in shared chain "{chain}" of table {names.T}')
+            raise plugin_error(f'missing hostport rules in shared chain "{chain}" of table {names.FAMILY_TABLE}')
     if have is None:
         raise plugin_error(f'missing hostport rules: chain "{names.dnat_chain(plan.owner)}" not found')
     missing = [k for k in plan.dnat_keys + plan.masq_keys if k not in have]

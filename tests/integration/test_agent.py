@@ -2,7 +2,7 @@
 
 Each test starts its own agent on a socket in a private tmp dir (never /run/cnichain) and writes
 two sets of launchers with the real installer: warm ones that try that socket and cold ones that
-never do.  The test-only ``probe`` plugin (tests/integration/test_agent_probe.py) records where it
+never do.  The test-only ``probe`` plugin (tests/integration/agent_probe.py) records where it
 ran, so isolation, fallback, limits and draining are observed rather than assumed.
 """
 
@@ -31,7 +31,7 @@ from cnichain.common import shim
 pytestmark = pytest.mark.integration
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PROBE = "probe=tests.integration.test_agent_probe"
+PROBE = "probe=tests.integration.agent_probe"
 AGENT_ENV = {"PYTHONPATH": REPO, "CNICHAIN_TEST_AGENT_ONLY": "secret"}
 
 
@@ -46,7 +46,7 @@ def _probe_launcher(path: str, socket_path: str) -> None:
         "if code is not None:\n"
         "    sys.exit(code)\n"
         "from cnichain.common.skel import run_plugin\n"
-        "from tests.integration.test_agent_probe import PLUGIN\n"
+        "from tests.integration.agent_probe import PLUGIN\n"
         "sys.exit(run_plugin(PLUGIN))\n"
     )
     with open(path, "w") as fh:

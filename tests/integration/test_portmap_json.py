@@ -40,7 +40,7 @@ def apply(lab, commands: list[dict]) -> str:
 
 
 def listing(lab) -> list[dict]:
-    proc = lab.run(lab.node, "nft", "-j", "list", "table", names.T, check=False)
+    proc = lab.run(lab.node, "nft", "-j", "list", "table", names.FAMILY_TABLE, check=False)
     return json.loads(proc.stdout)["nftables"] if proc.returncode == 0 else []
 
 
@@ -138,7 +138,7 @@ def test_fast_delete_from_a_listing_is_accepted(lab):
 def _old_text_script(p: planning.OwnerPlan) -> str:
     """What the text-writing portmap (before libnftables JSON) sent for :func:`_old_plan`'s first
     ADD, verbatim in its format: skeleton, then the container's chains, rules and elements."""
-    t, c, m = names.T, names.dnat_chain(p.owner), names.masq_chain(p.owner)
+    t, c, m = names.FAMILY_TABLE, names.dnat_chain(p.owner), names.masq_chain(p.owner)
     cond = "ip saddr 10.0.0.0/8"
     return "\n".join([
         f'add table {t} {{ comment "{names.TABLE_COMMENT}"; }}',
@@ -207,12 +207,12 @@ def test_rules_written_as_text_by_the_previous_version_are_the_same_objects(lab)
     old = _old_plan("old")
     lab.run(lab.node, "nft", "-f", "-", input=_old_text_script(old))
     from_text = _without_handles(listing(lab))
-    lab.run(lab.node, "nft", "delete", "table", names.T)
+    lab.run(lab.node, "nft", "delete", "table", names.FAMILY_TABLE)
     assert apply(lab, planning.skeleton() + planning.fast_add(old)) == ""
     assert _without_handles(listing(lab)) == from_text
 
     # on the text-written table: a new container shares a key, the old one is deleted from its config
-    lab.run(lab.node, "nft", "delete", "table", names.T)
+    lab.run(lab.node, "nft", "delete", "table", names.FAMILY_TABLE)
     lab.run(lab.node, "nft", "-f", "-", input=_old_text_script(old))
     new = plan("new", "10.77.0.9", "fd00:77::9")  # any/4/tcp/8080 and any/6/udp/8081...: 8080 is shared
     assert apply(lab, planning.fast_add(new)).startswith("17 ")

@@ -12,8 +12,6 @@ from tests.helpers import dispatch
 from tests.portmap_json import briefs, jump_targets, rules
 from tests.specver import result_has_interfaces
 
-T = names.TABLE
-
 PREV = {
     "cniVersion": "1.0.0",
     "interfaces": [

@@ -6,7 +6,6 @@ import importlib
 import os
 import tomllib
 
-from cnichain.node import install
 from cnichain.plugins import registry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
@@ -17,18 +16,6 @@ def test_every_registered_type_is_a_plugin_of_that_name():
         plugin = importlib.import_module(f"cnichain.plugins.{t.module}.plugin").PLUGIN
         assert plugin.name == t.name
         assert t.role in ("main", "ipam", "meta")
-
-
-def test_every_plugin_package_is_registered():
-    packages = {
-        d for d in os.listdir(os.path.join(ROOT, "plugins"))
-        if os.path.isfile(os.path.join(ROOT, "plugins", d, "plugin.py"))
-    }
-    assert packages == {t.module for t in registry.TYPES}
-
-
-def test_installer_derives_from_the_registry():
-    assert install.PLUGINS == registry.MODULES
 
 
 def test_no_console_script_is_named_like_a_plugin_or_system_tool():

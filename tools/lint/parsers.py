@@ -127,12 +127,12 @@ def compat_notes(ptype: str, conf: dict) -> list[Problem]:
     if ptype == "portmap":
         from cnichain.plugins.portmap.config import load as portmap_load
         from cnichain.plugins.portmap.ipt_conditions import is_iptables_style
-        from cnichain.plugins.portmap.names import T
+        from cnichain.plugins.portmap.names import FAMILY_TABLE
 
         cfg = portmap_load(conf)
         if cfg.backend == "iptables":
             out.append(Problem(f'backend "iptables" is accepted for compatibility: hostPorts are always '
-                               f"programmed in nftables (table {T})", "backend"))
+                               f"programmed in nftables (table {FAMILY_TABLE})", "backend"))
         for key in ("conditionsV4", "conditionsV6"):
             raw = conf.get(key)
             if isinstance(raw, list) and is_iptables_style(tuple(str(t).strip() for t in raw if str(t).strip())):
