@@ -1,4 +1,6 @@
-"""``cnichain node install|uninstall``: put the bundled tree, launchers and a conflist onto a node safely.
+"""What puts cnichain on a node: ``cnichain node install|uninstall`` puts the bundled tree
+(``bundle/``, also the OCI image), launchers (``install``, ``native_shim``) and a conflist onto a
+node safely.
 
 ``atomic`` (file, symlink and directory replacement that a runtime never sees half done),
 ``chain`` (pure: finding the primary conflist and deriving ours from it), ``verify`` (run the
