@@ -14,7 +14,7 @@ import json
 import os
 import subprocess
 import time
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pytest
 
@@ -23,6 +23,7 @@ from cnichain.agent.reconcile import status as rstatus
 from cnichain.agent.reconcile.settings import status_path
 from cnichain.tools.lab import isolate_conflist
 from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
+from tests.polling import wait_for
 from cnichain.plugins.bandwidth.config import ifb_name
 from cnichain.plugins.portmap import names
 
@@ -44,18 +45,6 @@ def conflist(lab, name: str = "rcnet") -> ConfList:
     }
     return ConfList.from_dict(isolate_conflist(copy.deepcopy(data), lab.workdir))
 
-
-def wait_for(what: str, probe: Callable[[], object], timeout: float = 20.0, step: float = 0.05) -> object:
-    """Poll ``probe`` until it returns something truthy (bounded in time and count)."""
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / step) + 1):
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            break
-        time.sleep(step)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Node:

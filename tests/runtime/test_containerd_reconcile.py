@@ -8,7 +8,6 @@ libcni result cache, and asks containerd's CRI ``ListPodSandbox`` (``--runtime-e
 from __future__ import annotations
 
 import os
-import time
 from typing import Callable
 
 import pytest
@@ -16,6 +15,8 @@ import pytest
 from cnichain.agent import running_agent
 from cnichain.agent.reconcile import status as rstatus
 from cnichain.agent.reconcile.settings import status_path
+
+from tests import polling
 
 from . import leftovers, traffic
 from .conftest import CriNode
@@ -27,16 +28,10 @@ pytestmark = [pytest.mark.runtime, pytest.mark.integration]
 SHAPED = {"kubernetes.io/ingress-bandwidth": "100M", "kubernetes.io/egress-bandwidth": "100M"}
 
 
+
 def wait_for(what: str, probe: Callable[[], object], timeout: float = 30.0, step: float = 0.1) -> object:
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / step) + 1):
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            break
-        time.sleep(step)
-    raise AssertionError(f"timed out waiting for {what}")
+    """A runtime converges slower than the lab: a longer bound, a coarser step."""
+    return polling.wait_for(what, probe, timeout, step)
 
 
 def agent(cri_node: CriNode, *args: str):
