@@ -105,8 +105,9 @@ def test_network_ready_through_churn_full_range_and_agent_restarts(
                 poller.wait_polls(10)
                 if containerd_release.runs_status:
                     served = status_requests(agent)
-                    assert {"bridge", "host-local", "portmap", "bandwidth", "tuning", "route-override"} <= set(served), \
-                        served  # containerd ran STATUS on every plugin (and bridge's IPAM), warm
+                    # containerd ran STATUS on every plugin of the chain, warm; bridge's host-local
+                    # STATUS runs inside bridge's worker (agent/delegates.py): no request of its own
+                    assert {"bridge", "portmap", "bandwidth", "tuning", "route-override"} <= set(served), served
                 # (c) the agent stopped (drained), started again, then killed at random moments
                 agent.stop()
                 poller.wait_polls(5)
