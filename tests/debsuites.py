@@ -24,15 +24,6 @@ def root(suite: str, package: str) -> Optional[str]:
     return path if os.path.isfile(os.path.join(path, "VERSION")) else None
 
 
-def version(suite: str, package: str) -> Optional[str]:
-    """The Debian version string of the unpacked package, or None."""
-    path = root(suite, package)
-    if path is None:
-        return None
-    with open(os.path.join(path, "VERSION")) as fh:
-        return fh.read().strip()
-
-
 def reference_plugins_dir(suite: str) -> Optional[str]:
     """The reference plugins' directory inside an unpacked ``containernetworking-plugins``."""
     path = root(suite, "containernetworking-plugins")
