@@ -24,6 +24,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from typing import Callable
 
 CLONE_NEWNS, MS_BIND, MS_REC, MS_PRIVATE = 0x00020000, 4096, 16384, 1 << 18
 
@@ -86,7 +87,8 @@ def main() -> int:
                                         "dataDir": os.path.join(work, "ipam-" + kind)}}).encode()
         base = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "CNI_CONTAINERID": "bench", "CNI_NETNS": "/run/netns/none",
                 "CNI_IFNAME": "eth0", "CNI_PATH": "/nonexistent"}
-        cases = [(t, "VERSION", {"CNI_COMMAND": "VERSION"}, None) for t in sorted(install.PLUGINS)]
+        cases: list[tuple[str, str, dict[str, str], Callable[[str], bytes] | None]] = [
+            (t, "VERSION", {"CNI_COMMAND": "VERSION"}, None) for t in sorted(install.PLUGINS)]
         cases += [("host-local", "ADD", dict(base, CNI_COMMAND="ADD"), hl), ("host-local", "DEL", dict(base, CNI_COMMAND="DEL"), hl)]
         samples: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
         for _ in range(ns.runs):  # interleaved: both kinds see the same machine state

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -135,7 +136,7 @@ def trimmed_mean(values: list[float]) -> float:
 
 
 def scenario(binary: str, bin_dir: str, pods: int, reps: int, populate) -> dict:
-    out = {}
+    out: dict[str, Any] = {}
     for label, count in (("empty", 0), ("loaded", pods)):
         with Lab(prefix="pmbench") as lab:
             lab.run(lab.node, "ip", "link", "add", "pmb0", "type", "veth", "peer", "name", "pmb1")

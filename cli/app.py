@@ -337,7 +337,7 @@ def bench(
     quiet: bool = typer.Option(False, "--quiet", help="No progress line"),
 ) -> None:
     """Per-pod exec-to-exit latency of the chain, side by side with the reference plugins."""
-    from cnichain.tools import bench as bench_mod
+    from cnichain.benchmarks import latency as bench_mod
 
     try:
         options = bench_mod.options_from(pods, parallel, parallel_rounds, growth, growth_samples, floor_samples, modes,

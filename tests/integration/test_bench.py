@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from cnichain.tools import bench
+from cnichain.benchmarks import latency as bench
 from cnichain.tools.lab import leftover_namespaces
 
 pytestmark = pytest.mark.integration

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from cnichain.tools import bench
-from cnichain.tools.bench import stats as st
-from cnichain.tools.bench.session import Sample
-from cnichain.tools.bench.summary import ours_mode, summarize
+from cnichain.benchmarks import latency as bench
+from cnichain.benchmarks.latency import stats as st
+from cnichain.benchmarks.latency.session import Sample
+from cnichain.benchmarks.latency.summary import ours_mode, summarize
 
 # -- statistics ------------------------------------------------------------------------------------
 
@@ -269,7 +269,7 @@ def test_table_shows_the_warm_column_the_shim_floor_and_the_executables():
 
 
 def test_chain_chart_bars_per_plugin_command_and_mode():
-    from cnichain.tools.bench.chart import chain_bars
+    from cnichain.benchmarks.latency.chart import chain_bars
 
     labels, values = chain_bars(summarize(_warm_bench(), 1.0))
     assert labels[:2] == ["bridge\nADD", "bridge\nDEL"] and labels[-2:] == ["chain/pod\nADD", "chain/pod\nDEL"]

@@ -1,4 +1,4 @@
-"""Import arrows point down: ``cli`` -> ``agent``/``node``/``tools`` -> ``plugins`` -> ``common``.
+"""Import arrows point down: ``cli`` -> ``benchmarks`` -> ``agent``/``node``/``tools`` -> ``plugins`` -> ``common``.
 
 Plugins run once per pod and must not drag in the agent, the node tooling or typer; common is the
 floor every plugin stands on, so it imports nothing of ours above it; the agent, node and tools
@@ -17,11 +17,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # layer -> the top-level packages of ours it must never import
 FORBIDDEN = {
-    "common": {"plugins", "agent", "node", "tools", "cli"},
-    "plugins": {"agent", "node", "tools", "cli"},
-    "agent": {"cli"},
-    "node": {"cli"},
-    "tools": {"cli"},
+    "common": {"plugins", "agent", "node", "tools", "benchmarks", "cli"},
+    "plugins": {"agent", "node", "tools", "benchmarks", "cli"},
+    "agent": {"benchmarks", "cli"},
+    "node": {"benchmarks", "cli"},
+    "tools": {"benchmarks", "cli"},
+    "benchmarks": {"cli"},
 }
 
 

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Optional
 
-from cnichain.tools.bench.session import Bench, Mode, Records, Sample
+from cnichain.benchmarks.latency.session import Bench, Mode, Records, Sample
 from cnichain.tools.runtime import Attachment
 
 PARALLEL_POD_BASE = 1000  # container numbers of the parallel phase, distinct from the chain phase's

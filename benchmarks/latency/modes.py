@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import os
 
-from cnichain.tools.bench.options import DEFAULT_CONFLIST
-from cnichain.tools.bench.session import Bench, Mode
+from cnichain.benchmarks.latency.options import DEFAULT_CONFLIST
+from cnichain.benchmarks.latency.session import Bench, Mode
 from cnichain.tools.lab import isolate_conflist
 from cnichain.tools.runtime import ConfList, Runtime
 

@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Optional
 
-from cnichain.tools.bench.session import Bench, Mode
+from cnichain.benchmarks.latency.session import Bench, Mode
 from cnichain.tools.runtime import Attachment, Runtime
 
 GROWTH_SUBNET = "10.200.0.0/16"

@@ -1,6 +1,6 @@
 """What a bench run measures: the options, their defaults, and the two ways to fill them.
 
-``python -m cnichain.tools.bench`` parses argv here (argparse, no typer); ``cnichain bench``
+``python -m cnichain.benchmarks.latency`` parses argv here (argparse, no typer); ``cnichain bench``
 (cli/app.py, typer) collects the same values itself and calls :func:`options_from`, so both
 validate alike.
 """

@@ -8,15 +8,15 @@ import sys
 import time
 from typing import Callable, Optional
 
-from cnichain.tools.bench import modes
-from cnichain.tools.bench.chart import write_chart
-from cnichain.tools.bench.growth import run_growth
-from cnichain.tools.bench.options import Options, parse_args
-from cnichain.tools.bench.phases import run_chain, run_floor, run_parallel
-from cnichain.tools.bench.render import render_table
-from cnichain.tools.bench.session import Bench
-from cnichain.tools.bench.status import run_status
-from cnichain.tools.bench.summary import summarize
+from cnichain.benchmarks.latency import modes
+from cnichain.benchmarks.latency.chart import write_chart
+from cnichain.benchmarks.latency.growth import run_growth
+from cnichain.benchmarks.latency.options import Options, parse_args
+from cnichain.benchmarks.latency.phases import run_chain, run_floor, run_parallel
+from cnichain.benchmarks.latency.render import render_table
+from cnichain.benchmarks.latency.session import Bench
+from cnichain.benchmarks.latency.status import run_status
+from cnichain.benchmarks.latency.summary import summarize
 from cnichain.tools.lab import Lab
 
 # The phases run in this order, whatever order --phases names them in.

@@ -3,7 +3,7 @@
 The phases drive plugins through each mode's :class:`~cnichain.tools.runtime.Runtime`; the runtime's
 ``on_exec`` hook hands every exec's timing to :meth:`Bench.recorder`, which files it in the
 calling thread's sink (so parallel pods never mix up their records), and :meth:`Bench.keep` turns
-those records into :class:`Sample` rows that :mod:`cnichain.tools.bench.summary` reduces.
+those records into :class:`Sample` rows that :mod:`cnichain.benchmarks.latency.summary` reduces.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from cnichain.tools.bench.options import Options
-from cnichain.tools.bench.progress import Progress
+from cnichain.benchmarks.latency.options import Options
+from cnichain.benchmarks.latency.progress import Progress
 from cnichain.tools.lab import Lab
 from cnichain.tools.runtime import ConfList, ExecRecord, PluginFailed, Runtime
 from cnichain.common.invoke import find_plugin

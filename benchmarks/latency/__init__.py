@@ -42,15 +42,15 @@ The modules, one job each (pure ones marked):
 
 from __future__ import annotations
 
-from cnichain.tools.bench.chart import write_chart
-from cnichain.tools.bench.modes import start_warm_agent, warm_unavailable
-from cnichain.tools.bench.options import DEFAULT_CONFLIST, DEFAULT_REFERENCE_DIR, MODES, PHASES, Options, options_from, parse_args
-from cnichain.tools.bench.progress import Progress
-from cnichain.tools.bench.render import LABEL, render_table
-from cnichain.tools.bench.runner import main, run_bench, write_outputs
-from cnichain.tools.bench.session import Bench, Mode, Sample
-from cnichain.tools.bench import stats  # the module (pct, stats, ratio, targets live there)
-from cnichain.tools.bench.summary import summarize
+from cnichain.benchmarks.latency.chart import write_chart
+from cnichain.benchmarks.latency.modes import start_warm_agent, warm_unavailable
+from cnichain.benchmarks.latency.options import DEFAULT_CONFLIST, DEFAULT_REFERENCE_DIR, MODES, PHASES, Options, options_from, parse_args
+from cnichain.benchmarks.latency.progress import Progress
+from cnichain.benchmarks.latency.render import LABEL, render_table
+from cnichain.benchmarks.latency.runner import main, run_bench, write_outputs
+from cnichain.benchmarks.latency.session import Bench, Mode, Sample
+from cnichain.benchmarks.latency import stats  # the module (pct, stats, ratio, targets live there)
+from cnichain.benchmarks.latency.summary import summarize
 
 __all__ = [
     "Bench", "DEFAULT_CONFLIST", "DEFAULT_REFERENCE_DIR", "LABEL", "MODES", "Mode", "Options", "PHASES", "Progress",

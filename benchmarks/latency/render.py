@@ -10,7 +10,7 @@ from typing import Optional
 
 from cnichain.plugins import registry
 
-from cnichain.tools.bench.stats import median_ratio, verdict
+from cnichain.benchmarks.latency.stats import median_ratio, verdict
 
 LABEL = {"cold": "ours", "warm": "warm", "reference": "ref"}
 CHAIN_ORDER = list(registry.CHAIN_ORDER)

@@ -1,7 +1,7 @@
 """The bench's result document (schema ``cnichain-bench/1``): every sample reduced to statistics.
 
 Pure apart from reading the clock and the machine's identity for the header: it takes what the
-phases recorded on a :class:`~cnichain.tools.bench.session.Bench` (or anything with the same
+phases recorded on a :class:`~cnichain.benchmarks.latency.session.Bench` (or anything with the same
 attributes) and returns a JSON-ready dict that the table, the chart and the targets are built from.
 Only successful execs count; failures are listed under ``errors``.
 """
@@ -13,7 +13,7 @@ import platform
 import time
 from typing import Any, Callable, Optional
 
-from cnichain.tools.bench.stats import median_ratio, stats, targets
+from cnichain.benchmarks.latency.stats import median_ratio, stats, targets
 
 SCHEMA = "cnichain-bench/1"
 COMMANDS = ("ADD", "DEL", "ADD+DEL")

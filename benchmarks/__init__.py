@@ -1,0 +1,1 @@
+"""cnichain's benchmarks: the only code that measures (see README.md here)."""
