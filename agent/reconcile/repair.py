@@ -220,9 +220,9 @@ def _bridge_applies(req: Request) -> bool:
 
 
 def _bridge_survey(_stack: ExitStack) -> Any:
-    from cnichain.plugins.bridge import kernel, rules
+    from cnichain.plugins.bridge import firewall, rules
 
-    listing = kernel.masquerade_listing()
+    listing = firewall.masquerade_listing()
     out: dict[str, set[str]] = {}
     for rule in rules.rules_in(listing):
         tag = str(rule.get("comment", ""))[:33]
@@ -238,24 +238,24 @@ def _bridge_intact(tags: Any, req: Request) -> bool:
 
 
 def _bridge_check(req: Request) -> Optional[str]:
-    from cnichain.plugins.bridge import kernel
+    from cnichain.plugins.bridge import firewall
 
-    have = kernel.masquerade_addresses(req.network_name, req.container_id, req.ifname)
+    have = firewall.masquerade_addresses(req.network_name, req.container_id, req.ifname)
     want = {a.split("/")[0] for a in _bridge_addresses(req)}
     missing = sorted(want - {a.split("/")[0] for a in have or []})
     return f"masquerade rules missing for {', '.join(missing)}" if missing else None
 
 
 def _bridge_repair(req: Request) -> None:
-    from cnichain.plugins.bridge import kernel
+    from cnichain.plugins.bridge import firewall
 
-    kernel.add_masquerade(req.network_name, req.container_id, req.ifname, _bridge_addresses(req))
+    firewall.add_masquerade(req.network_name, req.container_id, req.ifname, _bridge_addresses(req))
 
 
 def _bridge_undo(req: Request) -> None:
-    from cnichain.plugins.bridge import kernel
+    from cnichain.plugins.bridge import firewall
 
-    kernel.remove_masquerade(req.network_name, req.container_id, req.ifname)
+    firewall.remove_masquerade(req.network_name, req.container_id, req.ifname)
 
 
 REPAIRERS = {

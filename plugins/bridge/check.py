@@ -125,13 +125,13 @@ def _check_routes(pod: Any, prev: Result) -> None:
 
 
 def _check_masquerade(req: Request, prev: Result) -> None:
-    from . import kernel
+    from . import firewall
 
-    have = kernel.masquerade_addresses(req.network_name, req.container_id, req.ifname) or []
+    have = firewall.masquerade_addresses(req.network_name, req.container_id, req.ifname) or []
     have_ips = {ipaddress.ip_address(a) for a in have}
     for ip in prev.ips:
         addr = ipaddress.ip_interface(ip.address).ip
         if addr not in have_ips:
-            if not have and kernel.reference_masquerade_present(req.network_name, req.container_id, req.ifname):
+            if not have and firewall.reference_masquerade_present(req.network_name, req.container_id, req.ifname):
                 return  # a pod the reference set up before a swap in place: its rules do the job
             raise plugin_error(f"masquerade rule for {addr} ({req.container_id}/{req.ifname}) is missing")

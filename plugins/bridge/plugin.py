@@ -57,7 +57,7 @@ def cmd_add(req: Request) -> Result:
 
 
 def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo: Rollback) -> Result:
-    from . import kernel
+    from . import firewall, kernel
     from .plan import plan_l3, result_dns
 
     bridge, created = kernel.ensure_bridge(host, cfg)
@@ -77,8 +77,8 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
     container_mac = kernel.mac_of(container)
 
     if cfg.macspoofchk:
-        undo.push("remove spoof check", lambda: kernel.remove_spoof_check(cfg.network, req.container_id, req.ifname))
-        kernel.add_spoof_check(cfg.network, req.container_id, req.ifname, veth_name, container_mac)
+        undo.push("remove spoof check", lambda: firewall.remove_spoof_check(cfg.network, req.container_id, req.ifname))
+        firewall.add_spoof_check(cfg.network, req.container_id, req.ifname, veth_name, container_mac)
 
     result = Result(cni_version=req.cni_version)
     bridge_mac = ""  # known without a lookup once the gateway step pinned it
@@ -99,8 +99,8 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
             bridge_mac = kernel.ensure_bridge_addrs(host, bridge, cfg, plan.bridge_addrs)
             kernel.enable_forwarding(plan.families)
         if cfg.ip_masq:
-            undo.push("remove masquerade", lambda: kernel.remove_masquerade(cfg.network, req.container_id, req.ifname))
-            kernel.add_masquerade(cfg.network, req.container_id, req.ifname, [ip.address for ip in plan.ips])
+            undo.push("remove masquerade", lambda: firewall.remove_masquerade(cfg.network, req.container_id, req.ifname))
+            firewall.add_masquerade(cfg.network, req.container_id, req.ifname, [ip.address for ip in plan.ips])
         result.ips, result.routes, result.dns = plan.ips, plan.routes, result_dns(cfg, ipam)
     elif not cfg.disable_container_interface:
         kernel.set_up(pod, container_index, req.ifname)
@@ -138,14 +138,14 @@ def cmd_del(req: Request) -> None:
             layer3 = bool(req.ipam_type)
         except CniError:
             layer3 = False
-    from . import kernel  # no pyroute2 or nftables binding until a call needs one
+    from . import firewall, kernel  # no pyroute2 or nftables binding until a call needs one
 
     if masq:
-        kernel.remove_masquerade(req.network_name, req.container_id, req.ifname)
+        firewall.remove_masquerade(req.network_name, req.container_id, req.ifname)
     if spoof:
-        kernel.remove_spoof_check(req.network_name, req.container_id, req.ifname)
+        firewall.remove_spoof_check(req.network_name, req.container_id, req.ifname)
     if masq or spoof:
-        kernel.remove_reference_rules(req.network_name, req.container_id, req.ifname, masq=masq, spoof=spoof)
+        firewall.remove_reference_rules(req.network_name, req.container_id, req.ifname, masq=masq, spoof=spoof)
     if req.netns:
         kernel.delete_pod_link(req.netns, req.ifname)
     if layer3:
@@ -175,9 +175,9 @@ def cmd_status(req: Request) -> None:
     if ipam_type:
         require_delegate("bridge", ipam_type, req.path)
     if masq or spoof:
-        from . import kernel
+        from . import firewall
 
-        reason = kernel.nft_unusable(masq=masq, spoof=spoof)
+        reason = firewall.nft_unusable(masq=masq, spoof=spoof)
         if reason is not None:
             wanted = " and ".join(k for k, on in (("ipMasq", masq), ("macspoofchk", spoof)) if on)
             raise not_available("bridge", f"nftables is unusable for {wanted}: {reason}",
@@ -191,10 +191,10 @@ def cmd_gc(req: Request) -> None:
     """CNI 1.1 GC (the reference has none): drop rules of attachments the runtime no longer has."""
     cfg = _config(req, with_mac=False)
     if cfg.ip_masq or cfg.macspoofchk:
-        from . import kernel, rules
+        from . import firewall, rules
 
         keep = {rules.owner_tag(cfg.network, cid, ifname) for cid, ifname in req.valid_attachments()}
-        kernel.gc(cfg.network, keep)
+        firewall.gc(cfg.network, keep)
     if cfg.is_layer3:
         delegate_ipam(req, "GC")
     return None

@@ -4,7 +4,9 @@
   change), ``kernel.py`` (the only module that writes to the kernel or to state files),
   ``plugin.py`` (the handlers) and ``__main__.py``;
 * kernel writes (netlink change requests, nft transactions, sysctl writes, file replacement) and
-  pyroute2/nftables imports appear in ``kernel.py`` only;
+  pyroute2/nftables imports appear in ``kernel.py`` only, except bridge's nftables side, which has its
+  own module (``firewall.py``) beside its netlink one: ``kernel.py`` there applies no nft transaction,
+  ``firewall.py`` sends no netlink request, and the rule builders (``rules.py``) stay pure;
 * no broad ``except`` swallows errors: ``except Exception`` exists only in the skeleton, which turns
   unexpected exceptions into code 999, and ``except BaseException`` only to clean up and re-raise.
 """
@@ -30,6 +32,10 @@ WRITES = re.compile(
     r'|\.link\("(add|set|del)"|\.(route|addr|brport|vlan_filter)\("|\.tc\("|nlm_request'
 )
 HEAVY_IMPORT = re.compile(r"^\s*(import|from)\s+(pyroute2|nftables)\b", re.M)
+# The modules that may write, per plugin: kernel.py everywhere, and bridge's nftables module.
+KERNEL_MODULES = {"bridge": ("kernel.py", "firewall.py")}
+NFT_WRITE = re.compile(r"nft\.(apply|handle)\(")
+NETLINK_WRITE = re.compile(r'\.link\("(add|set|del)"|\.(route|addr|brport|vlan_filter)\("|\.tc\("|nlm_request|sysctl\.')
 
 
 def _sources(directory: str) -> list[str]:
@@ -54,7 +60,7 @@ def test_every_plugin_has_the_shape(plugin):
 def test_only_kernel_writes(plugin):
     offenders = []
     for path in _sources(os.path.join(PLUGINS_DIR, plugin)):
-        if os.path.basename(path) == "kernel.py":
+        if os.path.basename(path) in KERNEL_MODULES.get(plugin, ("kernel.py",)):
             continue
         with open(path) as fh:
             text = fh.read()
@@ -62,6 +68,21 @@ def test_only_kernel_writes(plugin):
             if WRITES.search(line) or HEAVY_IMPORT.match(line):
                 offenders.append(f"{os.path.basename(path)}:{lineno}: {line.strip()}")
     assert offenders == []
+
+
+def _offending_lines(path: str, pattern: re.Pattern) -> list[str]:
+    with open(path) as fh:
+        return [f"{os.path.basename(path)}:{n}: {line.strip()}"
+                for n, line in enumerate(fh.read().splitlines(), 1) if pattern.search(line)]
+
+
+def test_bridge_keeps_netlink_and_nftables_apart():
+    """kernel.py talks netlink and sysctl, firewall.py talks libnftables, rules.py builds JSON."""
+    bridge = os.path.join(PLUGINS_DIR, "bridge")
+    assert _offending_lines(os.path.join(bridge, "kernel.py"), re.compile(r"\bnft\.|import.*\b(firewall|rules)\b")) == []
+    assert _offending_lines(os.path.join(bridge, "firewall.py"), NETLINK_WRITE) == []
+    assert _offending_lines(os.path.join(bridge, "firewall.py"), NFT_WRITE) != []
+    assert _offending_lines(os.path.join(bridge, "rules.py"), re.compile(r"common\b.*\bnft\b|firewall")) == []
 
 
 def _broad_handlers(path: str) -> list[str]:
