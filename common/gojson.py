@@ -24,8 +24,8 @@ canonical (json tag) names, with Go's rules:
   netconf: ``) through the ``prefix`` argument.  Fractions and out-of-range numbers for integer
   fields fail as ``cannot unmarshal number <n>``.
 
-The module is on every plugin's exec path: it imports nothing beyond ``errors``, and the
-``ipaddress`` module only when an address is actually decoded.
+The module is on every plugin's exec path: it imports nothing beyond ``errors``, and the Go IP
+parser (:mod:`cnichain.common.goip`, with ``ipaddress``) only when an address is actually decoded.
 """
 
 from __future__ import annotations
@@ -438,36 +438,22 @@ def decode_into(current: dict, value: Any, schema: Struct, prefix: str = "") -> 
 
 
 def parse_ip(text: str, ctx: Optional[_Ctx] = None) -> Any:
-    """Go's ``net.ParseIP``: dotted IPv4 or IPv6 text, no zone; an IPv4-mapped IPv6 address is IPv4."""
-    import ipaddress
+    """``net.IP``'s text: :func:`cnichain.common.goip.parse_ip`, failing with Go's error text."""
+    from .goip import parse_ip as go_parse_ip
 
-    addr = None
-    if "%" not in text:
-        try:
-            addr = ipaddress.ip_address(text)
-        except ValueError:
-            addr = None
+    addr = go_parse_ip(text)
     if addr is None:
         msg = f"invalid IP address: {text}"
         raise ctx.text_error(msg) if ctx is not None else DecodeError(msg)
-    if addr.version == 6 and addr.ipv4_mapped is not None:
-        return addr.ipv4_mapped
     return addr
 
 
 def parse_cidr(text: str, ctx: Optional[_Ctx] = None) -> Any:
-    """Go's ``net.ParseCIDR`` keeping the address: ``10.1.0.5/16`` -> IPv4Interface('10.1.0.5/16')."""
-    import ipaddress
+    """``types.IPNet``'s text: :func:`cnichain.common.goip.parse_cidr` (``10.1.0.5/16`` ->
+    ``IPv4Interface('10.1.0.5/16')``), failing with Go's error text."""
+    from .goip import parse_cidr as go_parse_cidr
 
-    iface = None
-    addr, sep, prefix = text.partition("/")
-    # Go's dtoi takes leading zeros ("/024" is /24); more than three significant digits is too long.
-    digits = prefix.lstrip("0") or "0"
-    if sep and prefix.isascii() and prefix.isdigit() and len(digits) <= 3 and "%" not in addr:
-        try:
-            iface = ipaddress.ip_interface(f"{addr}/{int(digits)}")
-        except ValueError:
-            iface = None
+    iface = go_parse_cidr(text)
     if iface is None:
         msg = f"invalid CIDR address: {text}"
         raise ctx.text_error(msg) if ctx is not None else DecodeError(msg)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ipaddress
 
 from cnichain.common import gojson
+from cnichain.common.goip import canonical, parse_ip_or_cidr
 from cnichain.common.cniargs import parse_cni_args
 from cnichain.common.errors import CniError, plugin_error
 from cnichain.common.record import FrozenRecord
@@ -33,57 +34,6 @@ if TYPE_CHECKING:  # annotations only
     Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 
 DEFAULT_DATA_DIR = "/var/lib/cni/networks"
-
-
-# -- IP text handling with Go's net package rules --------------------------------------------
-
-
-def canonical_ip(ip: IP) -> IP:
-    """Go's ``canonicalizeIP``: an IPv4-mapped IPv6 address *is* the IPv4 address."""
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    return ip
-
-
-def parse_ip(text: str) -> Optional[IP]:
-    """``net.ParseIP``: a bare address, no zone, no prefix; None if it is not one."""
-    if not isinstance(text, str) or not text or "%" in text or "/" in text:
-        return None
-    try:
-        return canonical_ip(ipaddress.ip_address(text))
-    except ValueError:
-        return None
-
-
-def parse_cidr(text: str) -> Optional[tuple[IP, int, int]]:
-    """``net.ParseCIDR`` keeping the host part: (address, prefix, bits of the written family).
-
-    ``bits`` is the width of the mask as written (128 for ``::ffff:10.0.0.0/120``), which the
-    reference compares with the canonical address to report a version mismatch.
-    """
-    if not isinstance(text, str) or text.count("/") != 1:
-        return None
-    addr_text, prefix_text = text.split("/")
-    if "%" in addr_text or not prefix_text.isdigit() or not prefix_text.isascii():
-        return None
-    try:
-        raw = ipaddress.ip_address(addr_text)
-    except ValueError:
-        return None
-    prefix = int(prefix_text)
-    if prefix > raw.max_prefixlen:
-        return None
-    return canonical_ip(raw), prefix, raw.max_prefixlen
-
-
-def parse_ip_or_cidr(text: Any) -> Optional[IP]:
-    """``ip.ParseIP`` of the plugins repo: ``10.1.2.3`` or ``10.1.2.3/24``, the address only."""
-    if not isinstance(text, str):
-        return None
-    if "/" in text:
-        parsed = parse_cidr(text)
-        return parsed[0] if parsed else None
-    return parse_ip(text)
 
 
 # -- typed configuration ---------------------------------------------------------------------
@@ -107,7 +57,7 @@ class Range(FrozenRecord):
 
     def contains(self, ip: IP) -> bool:
         """Go's ``Range.Contains``: same family, inside the subnet and within [start, end]."""
-        ip = canonical_ip(ip)
+        ip = canonical(ip)
         if ip.version != self.subnet.version or ip not in self.subnet:
             return False
         return int(self.start) <= int(ip) <= int(self.end)
@@ -285,7 +235,7 @@ class RawRange(FrozenRecord):
         iface = d["subnet"]
         subnet = None
         if iface is not None:
-            subnet = (canonical_ip(iface.ip), iface.network.prefixlen, iface.max_prefixlen)
+            subnet = (canonical(iface.ip), iface.network.prefixlen, iface.max_prefixlen)
         return cls(subnet, d["rangeStart"], d["rangeEnd"], d["gateway"])
 
 

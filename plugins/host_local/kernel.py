@@ -20,12 +20,12 @@ from __future__ import annotations
 import fcntl
 import os
 
+from cnichain.common.goip import parse_ip
 from cnichain.common.errors import plugin_error
 from cnichain.common.kernel_errors import KernelError
 from cnichain.common.record import FrozenRecord
 from cnichain.common.skel import NAME_RE as _NAME_RE
 
-from .config import parse_ip
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every host-local exec

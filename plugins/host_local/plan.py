@@ -8,11 +8,10 @@ files.  The caller holds the store lock around :func:`allocate`.
 from __future__ import annotations
 
 from cnichain.common.errors import CniError, plugin_error
+from cnichain.common.goip import canonical
 from cnichain.common.kernel_errors import KernelError
 from cnichain.common.record import FrozenRecord
 from cnichain.common.rollback import Rollback
-
-from .config import canonical_ip
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every host-local exec
@@ -69,7 +68,7 @@ def iterate(rangeset: RangeSet, last_reserved: Optional[IP]) -> Iterator[tuple[I
     if last_reserved is not None:
         for i, r in enumerate(ranges):
             if r.contains(last_reserved):
-                idx, cur = i, int(canonical_ip(last_reserved))
+                idx, cur = i, int(canonical(last_reserved))
                 break
     start: Optional[int] = None
     r = ranges[idx]
@@ -108,7 +107,7 @@ def allocate_one(
 ) -> Allocation:
     """Go's ``IPAllocator.Get`` for one range set."""
     if requested is not None:
-        requested = canonical_ip(requested)
+        requested = canonical(requested)
         r = rangeset.range_for(requested)
         if r is None:
             raise plugin_error(f"{requested} not in range set {rangeset}")

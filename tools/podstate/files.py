@@ -41,7 +41,7 @@ def safe_dir(path: str) -> bool:
 
 def read_reservations(data_dir: str) -> list[Reservation]:
     """Every ``<data_dir>/<network>/<ip>`` file: who holds which address."""
-    from cnichain.plugins.host_local.config import parse_ip
+    from cnichain.common.goip import parse_ip
     from cnichain.plugins.host_local.kernel import Owner
 
     if not safe_dir(data_dir):
