@@ -31,7 +31,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every host-local exec
     from typing import Optional
 
-    from .config import IP, RangeSet
+    from .ranges import IP, RangeSet
 
 LINE_BREAK = "\r\n"
 LAST_IP_PREFIX = "last_reserved_ip."

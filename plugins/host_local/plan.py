@@ -17,7 +17,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every host-local exec
     from typing import Iterator, Optional, Protocol
 
-    from .config import IP, IpamConfig, Range, RangeSet
+    from .config import IpamConfig
+    from .ranges import IP, Range, RangeSet
 
     class Store(Protocol):
         """The reservation operations allocation needs (mirrors the reference's backend.Store)."""
