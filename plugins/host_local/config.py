@@ -6,7 +6,8 @@ strings, so this module reproduces them word for word (``invalid range set 0: Ne
 bits set...``).  The decoding itself is :mod:`cnichain.common.gojson` driven by :data:`SCHEMA`, a
 copy of the reference's structs: keys match case-insensitively (containerd's go-cni sends
 ``ipRanges`` as ``[[{"Subnet": ..., "RangeStart": ""}]]``), ``""`` leaves a ``net.IP`` unset,
-``null`` leaves a field at its zero value, and a wrong JSON type fails with Go's text.
+``null`` leaves a field at its zero value, and a wrong JSON type fails with Go's text.  The
+range checks (``Range.Canonicalize`` and the checks across range sets) are :mod:`.ranges`'s.
 
 Everything here is pure: no files are read (``resolvConf`` is read by the plugin at ADD time).
 The records are :mod:`cnichain.common.record` classes rather than dataclasses, and ``typing`` is
@@ -24,13 +25,13 @@ from cnichain.common.record import FrozenRecord
 from cnichain.common.types import ROUTE, Route
 from cnichain.common.version import parse as parse_version
 
-from .ranges import RangeSet, RawRange, canonicalize_range_set
+from .ranges import RawRange, canonicalize_range_sets, most_per_family, require_disjoint
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
-    from typing import Any, Iterable, Optional
+    from typing import Any, Optional
 
-    from .ranges import IP
+    from .ranges import IP, RangeSet
 
 DEFAULT_DATA_DIR = "/var/lib/cni/networks"
 
@@ -204,40 +205,23 @@ def load(conf: dict, cni_args: str = "", *, strict: bool = True) -> IpamConfig:
     if not raw_sets:
         raise plugin_error("no IP ranges specified")
 
-    sets: list[RangeSet] = []
-    for i, raws in enumerate(raw_sets):
-        try:
-            sets.append(canonicalize_range_set(raws))
-        except CniError as exc:
-            raise plugin_error(f"invalid range set {i}: {exc.msg}") from None
-
+    sets = canonicalize_range_sets(raw_sets)
     version_text = d["cniVersion"]
-    if _count_per_family(sets) > 1 and not _at_least_030(version_text):
+    if most_per_family(sets) > 1 and not _at_least_030(version_text):
         raise plugin_error(
             f"CNI version {version_text} does not support more than 1 address per family"
         )
-
-    for i, s1 in enumerate(sets):
-        for j in range(i + 1, len(sets)):
-            if s1.overlaps(sets[j]):
-                raise plugin_error(f"range set {i} overlaps with {j}")
+    require_disjoint(sets)
 
     return IpamConfig(
         name=d["name"],
         cni_version=version_text,
-        ranges=tuple(sets),
+        ranges=sets,
         routes=_routes(ipam["routes"], strict),
         data_dir=ipam["dataDir"] or DEFAULT_DATA_DIR,
         resolv_conf=ipam["resolvConf"],
         requested_ips=tuple(requested),
     )
-
-
-def _count_per_family(sets: Iterable[RangeSet]) -> int:
-    counts = {4: 0, 6: 0}
-    for s in sets:
-        counts[s.family] += 1
-    return max(counts.values())
 
 
 def _at_least_030(version: str) -> bool:

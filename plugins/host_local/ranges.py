@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import ipaddress
 
-from cnichain.common.errors import plugin_error
+from cnichain.common.errors import CniError, plugin_error
 from cnichain.common.goip import canonical
 from cnichain.common.record import FrozenRecord
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
-    from typing import Optional, Union
+    from typing import Iterable, Optional, Union
 
     IP = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
     Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
@@ -185,3 +185,30 @@ def canonicalize_range_set(raws: list[RawRange]) -> RangeSet:
             if r1.overlaps(r2):
                 raise plugin_error(f"subnets {r1} and {r2} overlap")
     return RangeSet(tuple(ranges))
+
+
+def canonicalize_range_sets(raw_sets: list[list[RawRange]]) -> tuple[RangeSet, ...]:
+    """``LoadIPAMConfig``'s loop: every set canonical, its error prefixed with the set's index."""
+    sets: list[RangeSet] = []
+    for i, raws in enumerate(raw_sets):
+        try:
+            sets.append(canonicalize_range_set(raws))
+        except CniError as exc:
+            raise plugin_error(f"invalid range set {i}: {exc.msg}") from None
+    return tuple(sets)
+
+
+def most_per_family(sets: Iterable[RangeSet]) -> int:
+    """The larger of the IPv4 and IPv6 range-set counts (one address per range set)."""
+    counts = {4: 0, 6: 0}
+    for s in sets:
+        counts[s.family] += 1
+    return max(counts.values())
+
+
+def require_disjoint(sets: tuple[RangeSet, ...]) -> None:
+    """No two range sets may overlap (each hands out one address of the attachment)."""
+    for i, s1 in enumerate(sets):
+        for j in range(i + 1, len(sets)):
+            if s1.overlaps(sets[j]):
+                raise plugin_error(f"range set {i} overlaps with {j}")
