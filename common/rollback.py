@@ -6,15 +6,16 @@ logged and the unwinding goes on, so one stuck step never leaves the others behi
 reported to the runtime stays the one that made ADD fail; the first undo failure is kept on
 :attr:`Rollback.first_error` (and logged) for the caller and the log.
 
-Typical use::
+Every plugin uses it one way: as a context manager, with each undo's arguments bound when it is
+pushed (never a lambda, which would read its variables at unwind time)::
 
-    rollback = Rollback()
-    try:
-        make_a(); rollback.push("remove a", remove_a)
-        make_b(); rollback.push("remove b", remove_b)
-    except BaseException:
-        rollback.unwind()
-        raise
+    with Rollback() as undo:
+        make_a(x); undo.push("remove a", remove_a, x)
+        make_b(y); undo.push("remove b", remove_b, y)
+
+Leaving the block by any exception -- a ``CniError``, a bug, ``SystemExit`` from a signal handler --
+unwinds and re-raises it; leaving it normally keeps every change.  A process killed outright (SIGKILL)
+unwinds nothing: what survives that is each plugin's DEL, which removes by name and tag.
 """
 
 from __future__ import annotations
@@ -42,6 +43,14 @@ class Rollback:
         late-binding trap of a lambda over the loop variable.
         """
         self._steps.append((what, undo, args))
+
+    def __enter__(self) -> Rollback:
+        return self
+
+    def __exit__(self, exc_type: Optional[type[BaseException]], exc: object, tb: object) -> None:
+        """Unwind when the block raised; the exception goes on either way (nothing is swallowed)."""
+        if exc_type is not None:
+            self.unwind()
 
     def __len__(self) -> int:
         return len(self._steps)

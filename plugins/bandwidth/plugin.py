@@ -87,15 +87,14 @@ def cmd_add(req: Request) -> Result:
 
     with netlink.session() as host:
         veth = _host_veth(host, req, prev)
-        undo = Rollback()
-        try:
+        with Rollback() as undo:
             if ingress is not None:
                 kernel.add_tbf(host, veth.index, ingress)
-                undo.push("tbf", lambda: kernel.delete_qdisc(host, veth.index, kernel.TBF_HANDLE, kernel.TC_H_ROOT))
+                undo.push("tbf", kernel.delete_qdisc, host, veth.index, kernel.TBF_HANDLE, kernel.TC_H_ROOT)
             if egress is not None:
                 name = ifb_name(req.network_name, req.container_id)
                 ifb = kernel.create_ifb(host, name, veth.mtu)
-                undo.push("ifb link", lambda: kernel.delete_link(host, ifb.index))
+                undo.push("ifb link", kernel.delete_link, host, ifb.index)
                 try:
                     kernel.add_tbf(host, ifb.index, egress)
                 except KernelError as exc:
@@ -103,12 +102,9 @@ def cmd_add(req: Request) -> Result:
                 kernel.ifb_up(host, ifb, _ifb_alias(req))
                 # The redirect goes in last: no packet reaches the IFB before it is shaped.
                 kernel.add_ingress_qdisc(host, veth.index)
-                undo.push("ingress", lambda: kernel.delete_qdisc(host, veth.index, kernel.INGRESS_HANDLE, kernel.TC_H_INGRESS))
+                undo.push("ingress", kernel.delete_qdisc, host, veth.index, kernel.INGRESS_HANDLE, kernel.TC_H_INGRESS)
                 kernel.add_redirect(host, veth.index, ifb.index)
                 prev.interfaces.append(Interface(name=ifb.name, mac=ifb.mac))
-        except BaseException:
-            undo.unwind()
-            raise
     log.info(f"shaped {veth.name}: ingress={cfg.ingress} egress={cfg.egress} ({cfg.source})")
     return prev
 

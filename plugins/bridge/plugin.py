@@ -37,18 +37,14 @@ def cmd_add(req: Request) -> Result:
     cfg = _config(req)
     add_refusals(cfg)
     pod_fd = netns.open_netns(req.netns)  # a missing netns fails before anything is created
-    undo = Rollback()
     host = pod = None
     try:
         from cnichain.common.netlink import iproute
 
-        host = iproute()
-        pod = iproute(req.netns)
-        result = _add(req, cfg, host, pod, pod_fd, undo)
-        return result
-    except BaseException:
-        undo.unwind()
-        raise
+        with Rollback() as undo:  # unwound before the sockets its undos use are closed
+            host = iproute()
+            pod = iproute(req.netns)
+            return _add(req, cfg, host, pod, pod_fd, undo)
     finally:
         for sock in (host, pod):
             if sock is not None:
@@ -65,7 +61,7 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
     if created:
         undo.push("remove new bridge", kernel.delete_bridge_if_unused, host, bridge_index)
     veth_name, veth_index = kernel.create_veth(host, pod, pod_fd, cfg, req.ifname)
-    undo.push("delete veth", lambda: kernel.delete_link(host, veth_index))
+    undo.push("delete veth", kernel.delete_link, host, veth_index)
     kernel.attach_host_end(host, veth_name, veth_index, bridge_index, cfg)
 
     container = kernel.get_link(pod, req.ifname)
@@ -77,7 +73,7 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
     container_mac = kernel.mac_of(container)
 
     if cfg.macspoofchk:
-        undo.push("remove spoof check", lambda: firewall.remove_spoof_check(cfg.network, req.container_id, req.ifname))
+        undo.push("remove spoof check", firewall.remove_spoof_check, cfg.network, req.container_id, req.ifname)
         firewall.add_spoof_check(cfg.network, req.container_id, req.ifname, veth_name, container_mac)
 
     result = Result(cni_version=req.cni_version)
@@ -85,7 +81,7 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
     vlan_interface = None  # the <bridge>.<vlan> gateway device, reported after the pod's (as the reference)
     if cfg.is_layer3:
         ipam = delegate_ipam(req, "ADD")
-        undo.push("release IPAM", lambda: delegate_ipam(req, "DEL"))
+        undo.push("release IPAM", delegate_ipam, req, "DEL")
         assert ipam is not None
         plan = plan_l3(ipam, cfg)
         kernel.pod_sysctls(req.netns, req.ifname, cfg, plan)
@@ -99,7 +95,7 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
             bridge_mac = kernel.ensure_bridge_addrs(host, bridge, cfg, plan.bridge_addrs)
             kernel.enable_forwarding(plan.families)
         if cfg.ip_masq:
-            undo.push("remove masquerade", lambda: firewall.remove_masquerade(cfg.network, req.container_id, req.ifname))
+            undo.push("remove masquerade", firewall.remove_masquerade, cfg.network, req.container_id, req.ifname)
             firewall.add_masquerade(cfg.network, req.container_id, req.ifname, [ip.address for ip in plan.ips])
         result.ips, result.routes, result.dns = plan.ips, plan.routes, result_dns(cfg, ipam)
     elif not cfg.disable_container_interface:

@@ -142,8 +142,7 @@ def allocate(store: Store, cfg: IpamConfig, container_id: str, ifname: str) -> l
     for ip in cfg.requested_ips:
         pending.setdefault(str(ip), ip)
     done: list[Allocation] = []
-    undo = Rollback()
-    try:
+    with Rollback() as undo:
         for idx, rangeset in enumerate(cfg.ranges):
             wanted = None
             for key, ip in pending.items():
@@ -162,9 +161,6 @@ def allocate(store: Store, cfg: IpamConfig, container_id: str, ifname: str) -> l
             raise plugin_error(
                 "failed to allocate all requested IPs: " + " ".join(pending)
             )
-    except BaseException:
-        undo.unwind()
-        raise
     return done
 
 

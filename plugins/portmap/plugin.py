@@ -62,15 +62,11 @@ def cmd_add(req: Request) -> Result:
     localnet = None
     if cfg.snat and 4 in ips and any(m.applies_to(4) for m in cfg.mappings):
         localnet = kernel.localnet_interface(ips[4], prev)
-    undo = Rollback()
-    try:
+    with Rollback() as undo:  # all or nothing
         kernel.install(plan)
-        undo.push("remove rules", lambda: kernel.remove(plan.owner))
+        undo.push("remove rules", kernel.remove, plan.owner)
         if localnet:
             kernel.enable_route_localnet(localnet)
-    except BaseException:
-        undo.unwind()  # all or nothing
-        raise
     for family in sorted(ips):
         for proto in kernel.CONNTRACK_PROTOCOLS:
             ports = sorted({m.host_port for m in cfg.mappings if m.protocol == proto and m.applies_to(family)})

@@ -39,7 +39,7 @@ from .config import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
-    from typing import Any
+    from typing import Any, Optional
 
 PREV_MISSING = "Required prevResult missing"
 
@@ -91,22 +91,26 @@ def _apply(req: Request, cfg: TuningConfig, sysctls: list[Sysctl], wanted: dict,
         data["sysctl"] = changed
     path = backup.backup_path(cfg.data_dir, req.container_id, req.ifname)
     existing = backup.load(path)
-    undo = Rollback()
-    try:
+    with Rollback() as undo:
         if data:
             kernel.save_backup(path, backup.merge(existing, data))
-            undo.push("backup file", lambda: kernel.save_backup(path, existing) if existing else kernel.remove_backup(path))
+            undo.push("backup file", _restore_backup, path, existing)
         for s, old in olds:
             if s.rel in changed:
                 kernel.write_sysctl(s.path, s.value)
                 undo.push(f"sysctl {s.path}", kernel.write_sysctl, s.path, old)
         if wanted and state is not None:  # state was read above whenever link changes are wanted
             # Registered first: a partly applied change is put back as a whole.
-            undo.push("link attributes", lambda: _restore_link(ipr, req.ifname, data))
+            undo.push("link attributes", _restore_link, ipr, req.ifname, data)
             kernel.apply(ipr, state, req.ifname, wanted)
-    except BaseException:
-        undo.unwind()
-        raise
+
+
+def _restore_backup(path: str, existing: Optional[dict]) -> None:
+    """The backup file as it was before this ADD: the earlier one, or none."""
+    if existing:
+        kernel.save_backup(path, existing)
+    else:
+        kernel.remove_backup(path)
 
 
 def _restore_link(ipr: Any, ifname: str, data: dict) -> None:

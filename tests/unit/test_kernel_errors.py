@@ -105,6 +105,30 @@ def test_rollback_does_not_swallow_bugs():
         undo.unwind()
 
 
+def test_rollback_block_unwinds_on_any_exception_and_keeps_work_otherwise():
+    done: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        with Rollback() as undo:
+            undo.push("a", done.append, "a")
+            undo.push("b", done.append, "b")
+            raise KeyboardInterrupt
+    assert done == ["b", "a"] and len(undo) == 0
+    done.clear()
+    with Rollback() as undo:
+        undo.push("a", done.append, "a")
+    assert done == [] and len(undo) == 1
+
+
+def test_rollback_binds_arguments_when_pushed():
+    done: list[int] = []
+    with pytest.raises(RuntimeError):
+        with Rollback() as undo:
+            for i in range(3):
+                undo.push(f"step {i}", done.append, i)
+            raise RuntimeError
+    assert done == [2, 1, 0]
+
+
 def _typeerror_in_kernel_call(req: skel.Request):
     with reported_as('failed to create bridge "cni0"'):
         raise TypeError("IPRoute.link() got an unexpected keyword argument")

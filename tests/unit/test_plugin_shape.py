@@ -7,6 +7,9 @@
   pyroute2/nftables imports appear in ``kernel.py`` only, except bridge's nftables side, which has its
   own module (``firewall.py``) beside its netlink one: ``kernel.py`` there applies no nft transaction,
   ``firewall.py`` sends no netlink request, and the rule builders (``rules.py``) stay pure;
+* one undo style: a handler rolls back partial work with ``with Rollback() as undo:`` and pushes
+  each undo with its arguments bound (``undo.push("what", fn, arg)``), never a lambda, never its own
+  ``try``/``except`` around ``unwind()``;
 * no broad ``except`` swallows errors: ``except Exception`` exists only in the skeleton, which turns
   unexpected exceptions into code 999, and ``except BaseException`` only to clean up and re-raise.
 """
@@ -83,6 +86,16 @@ def test_bridge_keeps_netlink_and_nftables_apart():
     assert _offending_lines(os.path.join(bridge, "firewall.py"), NETLINK_WRITE) == []
     assert _offending_lines(os.path.join(bridge, "firewall.py"), NFT_WRITE) != []
     assert _offending_lines(os.path.join(bridge, "rules.py"), re.compile(r"common\b.*\bnft\b|firewall")) == []
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_one_undo_style(plugin):
+    offenders = []
+    for path in _sources(os.path.join(PLUGINS_DIR, plugin)):
+        offenders += _offending_lines(path, re.compile(r"\.unwind\(|\.push\(.*\blambda\b"))
+        offenders += [line for line in _offending_lines(path, re.compile(r"\bRollback\("))
+                      if "with Rollback() as " not in line]
+    assert offenders == []
 
 
 def _broad_handlers(path: str) -> list[str]:
