@@ -62,7 +62,15 @@ _VERSION_ONLY = gojson.Struct("", [gojson.Field("cniVersion", gojson.STRING, "CN
 class Request(Record):
     """One parsed plugin invocation: the CNI_* environment plus the decoded network config."""
 
-    _fields = ("command", "container_id", "netns", "ifname", "args", "path", "stdin", "conf", "env")
+    command: str
+    container_id: str
+    netns: str
+    ifname: str
+    args: str
+    path: list[str]
+    stdin: bytes
+    conf: dict
+    env: Mapping[str, str]
 
     def __init__(
         self,
@@ -182,38 +190,14 @@ class Plugin(FrozenRecord):
     ``dataclasses``).
     """
 
-    __slots__ = ("name", "add", "delete", "check", "gc", "status", "versions", "about")
-    _fields = __slots__
     name: str
     add: Handler
     delete: Handler
-    check: Optional[Handler]
-    gc: Optional[Handler]
-    status: Optional[Handler]
-    versions: tuple[str, ...]
-    about: str
-
-    def __init__(
-        self,
-        name: str,
-        add: Handler,
-        delete: Handler,
-        check: Optional[Handler] = None,
-        gc: Optional[Handler] = None,
-        status: Optional[Handler] = None,
-        versions: tuple[str, ...] = _ALL_VERSIONS,
-        about: str = "",
-    ) -> None:
-        self._assign(
-            name=name,
-            add=add,
-            delete=delete,
-            check=check,
-            gc=gc,
-            status=status,
-            versions=versions,
-            about=about,
-        )
+    check: Optional[Handler] = None
+    gc: Optional[Handler] = None
+    status: Optional[Handler] = None
+    versions: tuple[str, ...] = _ALL_VERSIONS
+    about: str = ""
 
     def handler(self, command: str) -> Optional[Handler]:
         return {

@@ -23,17 +23,12 @@ def ip_family(address: str) -> int:
 
 
 class Interface(Record):
-    _fields = ("name", "mac", "sandbox", "mtu", "socket_path", "pci_id")
-
-    def __init__(
-        self, name: str, mac: str = "", sandbox: str = "", mtu: int | None = None, socket_path: str = "", pci_id: str = ""
-    ) -> None:
-        self.name = name
-        self.mac = mac
-        self.sandbox = sandbox
-        self.mtu = mtu
-        self.socket_path = socket_path
-        self.pci_id = pci_id
+    name: str
+    mac: str = ""
+    sandbox: str = ""
+    mtu: int | None = None
+    socket_path: str = ""
+    pci_id: str = ""
 
     @classmethod
     def from_decoded(cls, d: dict) -> "Interface":
@@ -65,12 +60,9 @@ class Interface(Record):
 
 
 class IPConfig(Record):
-    _fields = ("address", "gateway", "interface")
-
-    def __init__(self, address: str, gateway: str = "", interface: int | None = None) -> None:
-        self.address = address  # CIDR keeping the host part, e.g. "10.1.0.5/16"
-        self.gateway = gateway
-        self.interface = interface
+    address: str  # CIDR keeping the host part, e.g. "10.1.0.5/16"
+    gateway: str = ""
+    interface: int | None = None
 
     @property
     def family(self) -> int:
@@ -96,25 +88,13 @@ class IPConfig(Record):
 
 
 class Route(Record):
-    _fields = ("dst", "gw", "mtu", "advmss", "priority", "table", "scope")
-
-    def __init__(
-        self,
-        dst: str,
-        gw: str = "",
-        mtu: int | None = None,
-        advmss: int | None = None,
-        priority: int | None = None,
-        table: int | None = None,
-        scope: int | None = None,
-    ) -> None:
-        self.dst = dst
-        self.gw = gw
-        self.mtu = mtu
-        self.advmss = advmss
-        self.priority = priority
-        self.table = table
-        self.scope = scope
+    dst: str
+    gw: str = ""
+    mtu: int | None = None
+    advmss: int | None = None
+    priority: int | None = None
+    table: int | None = None
+    scope: int | None = None
 
     @property
     def family(self) -> int:
@@ -148,9 +128,12 @@ class Route(Record):
 
 
 class DNS(Record):
-    _fields = ("nameservers", "domain", "search", "options")
+    nameservers: list[str]
+    domain: str
+    search: list[str]
+    options: list[str]
 
-    def __init__(
+    def __init__(  # a fresh list per instance
         self,
         nameservers: list[str] | None = None,
         domain: str = "",
@@ -195,9 +178,13 @@ class DNS(Record):
 class Result(Record):
     """A CNI result held in the 1.x shape, whatever version it was read from."""
 
-    _fields = ("cni_version", "interfaces", "ips", "routes", "dns")
+    cni_version: str
+    interfaces: list[Interface]
+    ips: list[IPConfig]
+    routes: list[Route]
+    dns: DNS
 
-    def __init__(
+    def __init__(  # fresh lists per instance
         self,
         cni_version: str = "1.1.0",
         interfaces: list[Interface] | None = None,

@@ -83,81 +83,27 @@ _BOOLS = {
 class BridgeConfig(FrozenRecord):
     """The validated network config of one bridge invocation (immutable)."""
 
-    __slots__ = _fields = (
-        "network", "cni_version", "bridge", "is_gateway", "is_default_gateway", "force_address",
-        "ip_masq", "hairpin_mode", "promisc_mode", "preserve_default_vlan", "macspoofchk",
-        "enable_dad", "disable_container_interface", "port_isolation", "mtu", "vlan", "vlan_trunk",
-        "ipam_type", "dns", "mac", "ip_masq_backend",
-    )
     network: str
     cni_version: str
-    bridge: str
-    is_gateway: bool
-    is_default_gateway: bool
-    force_address: bool
-    ip_masq: bool
-    hairpin_mode: bool
-    promisc_mode: bool
-    preserve_default_vlan: bool
-    macspoofchk: bool
-    enable_dad: bool
-    disable_container_interface: bool
-    port_isolation: bool
-    mtu: int
-    vlan: int
-    vlan_trunk: tuple[int, ...]
-    ipam_type: str
     dns: DNS
-    mac: str
-    ip_masq_backend: str  # as written; nftables is always what is programmed
-
-    def __init__(
-        self,
-        network: str,
-        cni_version: str,
-        bridge: str = DEFAULT_BRIDGE,
-        is_gateway: bool = False,
-        is_default_gateway: bool = False,
-        force_address: bool = False,
-        ip_masq: bool = False,
-        hairpin_mode: bool = False,
-        promisc_mode: bool = False,
-        preserve_default_vlan: bool = False,
-        macspoofchk: bool = False,
-        enable_dad: bool = False,
-        disable_container_interface: bool = False,
-        port_isolation: bool = False,
-        mtu: int = 0,
-        vlan: int = 0,
-        vlan_trunk: tuple[int, ...] = (),
-        ipam_type: str = "",
-        dns: Optional[DNS] = None,
-        mac: str = "",
-        ip_masq_backend: str = "",
-    ) -> None:
-        self._assign(
-            network=network,
-            cni_version=cni_version,
-            bridge=bridge,
-            is_gateway=is_gateway,
-            is_default_gateway=is_default_gateway,
-            force_address=force_address,
-            ip_masq=ip_masq,
-            hairpin_mode=hairpin_mode,
-            promisc_mode=promisc_mode,
-            preserve_default_vlan=preserve_default_vlan,
-            macspoofchk=macspoofchk,
-            enable_dad=enable_dad,
-            disable_container_interface=disable_container_interface,
-            port_isolation=port_isolation,
-            mtu=mtu,
-            vlan=vlan,
-            vlan_trunk=vlan_trunk,
-            ipam_type=ipam_type,
-            dns=DNS() if dns is None else dns,
-            mac=mac,
-            ip_masq_backend=ip_masq_backend,
-        )
+    bridge: str = DEFAULT_BRIDGE
+    is_gateway: bool = False
+    is_default_gateway: bool = False
+    force_address: bool = False
+    ip_masq: bool = False
+    hairpin_mode: bool = False
+    promisc_mode: bool = False
+    preserve_default_vlan: bool = False
+    macspoofchk: bool = False
+    enable_dad: bool = False
+    disable_container_interface: bool = False
+    port_isolation: bool = False
+    mtu: int = 0
+    vlan: int = 0
+    vlan_trunk: tuple[int, ...] = ()
+    ipam_type: str = ""
+    mac: str = ""
+    ip_masq_backend: str = ""  # as written; nftables is always what is programmed
 
     @property
     def is_layer3(self) -> bool:

@@ -27,16 +27,11 @@ DEFAULT_DST = {4: "0.0.0.0/0", 6: "::/0"}
 class PodRoute(FrozenRecord):
     """One route as installed in the pod (gateway already resolved)."""
 
-    __slots__ = _fields = ("dst", "gw", "priority", "table", "scope")
     dst: str
-    gw: str
-    priority: Optional[int]
-    table: Optional[int]
-    scope: Optional[int]
-
-    def __init__(self, dst: str, gw: str = "", priority: Optional[int] = None, table: Optional[int] = None,
-                 scope: Optional[int] = None) -> None:
-        self._assign(dst=dst, gw=gw, priority=priority, table=table, scope=scope)
+    gw: str = ""
+    priority: Optional[int] = None
+    table: Optional[int] = None
+    scope: Optional[int] = None
 
     @property
     def family(self) -> int:
@@ -46,7 +41,6 @@ class PodRoute(FrozenRecord):
 class L3Plan(Record):
     """What ADD does at layer 3, filled in by :func:`plan_l3`."""
 
-    __slots__ = _fields = ("ips", "routes", "bridge_addrs", "pod_routes", "families")
     ips: list[IPConfig]
     routes: list[Route]
     bridge_addrs: list[str]  # "gw/prefix" to put on the bridge

@@ -42,34 +42,13 @@ DEFAULT_DATA_DIR = "/var/lib/cni/networks"
 class IpamConfig(FrozenRecord):
     """What host-local needs from one invocation's network config."""
 
-    __slots__ = _fields = ("name", "cni_version", "ranges", "routes", "data_dir", "resolv_conf", "requested_ips")
     name: str
     cni_version: str
     ranges: tuple[RangeSet, ...]
-    routes: tuple[Route, ...]
-    data_dir: str
-    resolv_conf: str
-    requested_ips: tuple[IP, ...]
-
-    def __init__(
-        self,
-        name: str,
-        cni_version: str,
-        ranges: tuple[RangeSet, ...],
-        routes: tuple[Route, ...] = (),
-        data_dir: str = DEFAULT_DATA_DIR,
-        resolv_conf: str = "",
-        requested_ips: tuple[IP, ...] = (),
-    ) -> None:
-        self._assign(
-            name=name,
-            cni_version=cni_version,
-            ranges=ranges,
-            routes=routes,
-            data_dir=data_dir,
-            resolv_conf=resolv_conf,
-            requested_ips=requested_ips,
-        )
+    routes: tuple[Route, ...] = ()
+    data_dir: str = DEFAULT_DATA_DIR
+    resolv_conf: str = ""
+    requested_ips: tuple[IP, ...] = ()
 
 
 # -- the reference's structs, as Go decodes them ---------------------------------------------

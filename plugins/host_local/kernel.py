@@ -43,12 +43,8 @@ _FILE_MODE = 0o600
 class Owner(FrozenRecord):
     """Who holds a reservation, as read from its file."""
 
-    __slots__ = _fields = ("container_id", "ifname")
     container_id: str
     ifname: Optional[str]  # None for the legacy id-only format
-
-    def __init__(self, container_id: str, ifname: Optional[str]) -> None:
-        self._assign(container_id=container_id, ifname=ifname)
 
     @classmethod
     def parse(cls, data: bytes) -> Optional["Owner"]:
@@ -71,13 +67,9 @@ class Owner(FrozenRecord):
 class Entry(FrozenRecord):
     """One reservation file: its name, the address it reserves and who holds it (None: stale)."""
 
-    __slots__ = _fields = ("name", "ip", "owner")
     name: str
     ip: IP
     owner: Optional[Owner]
-
-    def __init__(self, name: str, ip: IP, owner: Optional[Owner]) -> None:
-        self._assign(name=name, ip=ip, owner=owner)
 
 
 class DiskStore:

@@ -39,12 +39,8 @@ if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every host-l
 class Allocation(FrozenRecord):
     """One allocated address with the range it came from."""
 
-    __slots__ = _fields = ("ip", "range")
     ip: IP
     range: Range
-
-    def __init__(self, ip: IP, range: Range) -> None:  # noqa: A002 - the reference's field name
-        self._assign(ip=ip, range=range)
 
     @property
     def cidr(self) -> str:

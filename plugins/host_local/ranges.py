@@ -24,14 +24,10 @@ if TYPE_CHECKING:  # annotations only
 class Range(FrozenRecord):
     """One canonical range: every field filled in, start/end inclusive, gateway never handed out."""
 
-    __slots__ = _fields = ("subnet", "gateway", "start", "end")
     subnet: Network
     gateway: IP
     start: IP
     end: IP
-
-    def __init__(self, subnet: Network, gateway: IP, start: IP, end: IP) -> None:
-        self._assign(subnet=subnet, gateway=gateway, start=start, end=end)
 
     @property
     def family(self) -> int:
@@ -61,11 +57,7 @@ class Range(FrozenRecord):
 class RangeSet(FrozenRecord):
     """A pool of disjoint same-family ranges; one address is allocated per range set."""
 
-    __slots__ = _fields = ("ranges",)
     ranges: tuple[Range, ...]
-
-    def __init__(self, ranges: tuple[Range, ...]) -> None:
-        self._assign(ranges=ranges)
 
     @property
     def family(self) -> int:
@@ -90,20 +82,10 @@ class RangeSet(FrozenRecord):
 class RawRange(FrozenRecord):
     """A range as written, before canonicalisation (every field optional)."""
 
-    __slots__ = _fields = ("subnet", "start", "end", "gateway")
-    subnet: Optional[tuple[IP, int, int]]
-    start: Optional[IP]
-    end: Optional[IP]
-    gateway: Optional[IP]
-
-    def __init__(
-        self,
-        subnet: Optional[tuple[IP, int, int]] = None,
-        start: Optional[IP] = None,
-        end: Optional[IP] = None,
-        gateway: Optional[IP] = None,
-    ) -> None:
-        self._assign(subnet=subnet, start=start, end=end, gateway=gateway)
+    subnet: Optional[tuple[IP, int, int]] = None
+    start: Optional[IP] = None
+    end: Optional[IP] = None
+    gateway: Optional[IP] = None
 
     @classmethod
     def from_decoded(cls, d: dict) -> "RawRange":

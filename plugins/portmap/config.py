@@ -28,19 +28,10 @@ PROTOCOLS = ("tcp", "udp", "sctp")
 class PortMapping(FrozenRecord):
     """One validated ``portMappings`` entry."""
 
-    __slots__ = _fields = ("host_port", "container_port", "protocol", "host_ip")
     host_port: int
     container_port: int
     protocol: str  # lower case: tcp, udp or sctp
-    host_ip: str  # canonical text, "" when absent
-
-    def __init__(self, host_port: int, container_port: int, protocol: str, host_ip: str = "") -> None:
-        self._assign(
-            host_port=host_port,
-            container_port=container_port,
-            protocol=protocol,
-            host_ip=host_ip,
-        )
+    host_ip: str = ""  # canonical text, "" when absent
 
     @property
     def host_family(self) -> int:
@@ -61,46 +52,18 @@ class PortMapping(FrozenRecord):
 class PortmapConfig(FrozenRecord):
     """The validated portmap keys of a network config."""
 
-    __slots__ = _fields = (
-        "snat", "masq_all", "conditions_v4", "conditions_v6", "mark_masq_bit", "external_set_mark_chain", "mappings",
-        "backend", "skipped",
-    )
-    snat: bool
-    masq_all: bool
+    snat: bool = True
+    masq_all: bool = False
     # libnftables JSON match expressions (see .conditions), each kept JSON-encoded so that the
     # record stays immutable and hashable; conditions() hands out fresh dicts.
-    conditions_v4: tuple[str, ...]
-    conditions_v6: tuple[str, ...]
-    mark_masq_bit: Optional[int]
-    external_set_mark_chain: str
-    mappings: tuple[PortMapping, ...]
-    backend: str  # as written ("" when unset); nftables is what is always programmed
+    conditions_v4: tuple[str, ...] = ()
+    conditions_v6: tuple[str, ...] = ()
+    mark_masq_bit: Optional[int] = None
+    external_set_mark_chain: str = ""
+    mappings: tuple[PortMapping, ...] = ()
+    backend: str = ""  # as written ("" when unset); nftables is what is always programmed
     # What a lenient load (every command but ADD) left out, one sentence each, for the log.
-    skipped: tuple[str, ...]
-
-    def __init__(
-        self,
-        snat: bool = True,
-        masq_all: bool = False,
-        conditions_v4: tuple[str, ...] = (),
-        conditions_v6: tuple[str, ...] = (),
-        mark_masq_bit: Optional[int] = None,
-        external_set_mark_chain: str = "",
-        mappings: tuple[PortMapping, ...] = (),
-        backend: str = "",
-        skipped: tuple[str, ...] = (),
-    ) -> None:
-        self._assign(
-            snat=snat,
-            masq_all=masq_all,
-            conditions_v4=conditions_v4,
-            conditions_v6=conditions_v6,
-            mark_masq_bit=mark_masq_bit,
-            external_set_mark_chain=external_set_mark_chain,
-            mappings=mappings,
-            backend=backend,
-            skipped=skipped,
-        )
+    skipped: tuple[str, ...] = ()
 
     def conditions(self, family: int) -> list[dict]:
         """The family's condition matches (JSON ``match`` objects), to put in front of each of its

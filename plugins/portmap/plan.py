@@ -69,7 +69,6 @@ class OwnerPlan(Record):
     ``{"expr": [...]}``, plus ``"comment"`` when it has one (a DNAT rule's dispatch key).
     """
 
-    __slots__ = _fields = ("owner", "identity", "dnat_rules", "masq_rules", "dnat_keys", "masq_keys")
     owner: str
     identity: str
     dnat_rules: list[dict]  # rule bodies for c-<owner>

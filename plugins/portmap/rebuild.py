@@ -35,7 +35,6 @@ if TYPE_CHECKING:  # annotations only: typing costs milliseconds per exec
 class Snapshot(Record):
     """Our table as listed: chains (handle, rule comments, jump targets) and map elements."""
 
-    __slots__ = _fields = ("chains", "comments", "elements")
     chains: dict[str, int]  # name -> handle
     comments: dict[str, list[str]]  # chain -> rule comments
     elements: dict[str, str]  # key -> jump target

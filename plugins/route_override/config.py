@@ -31,13 +31,9 @@ DEFAULT_V6 = ipaddress.ip_network("::/0")
 class RouteSpec(FrozenRecord):
     """A route named in the config: destination network (canonical) and optional gateway."""
 
-    __slots__ = _fields = ("dst", "gw", "text")
     dst: Network
-    gw: Optional[Address]
-    text: str  # dst as written, for the result and messages
-
-    def __init__(self, dst: Network, gw: Optional[Address] = None, text: str = "") -> None:
-        self._assign(dst=dst, gw=gw, text=text)
+    gw: Optional[Address] = None
+    text: str = ""  # dst as written, for the result and messages
 
     @property
     def family(self) -> int:
@@ -50,33 +46,14 @@ class RouteSpec(FrozenRecord):
 class RouteOverrideConfig(FrozenRecord):
     """The validated keys, ``args.cni`` overrides applied."""
 
-    __slots__ = _fields = ("flushroutes", "flushgateway", "delroutes", "addroutes", "skipcheck", "skipped")
-    flushroutes: bool
-    flushgateway: bool
-    delroutes: tuple[RouteSpec, ...]
-    addroutes: tuple[RouteSpec, ...]
-    skipcheck: bool
+    flushroutes: bool = False
+    flushgateway: bool = False
+    delroutes: tuple[RouteSpec, ...] = ()
+    addroutes: tuple[RouteSpec, ...] = ()
+    skipcheck: bool = False
     # Routes left out because no kernel would take them (no dst, host bits, mixed families): the
     # original passes them to netlink, prints the error and carries on, so the pod still starts.
-    skipped: tuple[str, ...]
-
-    def __init__(
-        self,
-        flushroutes: bool = False,
-        flushgateway: bool = False,
-        delroutes: tuple[RouteSpec, ...] = (),
-        addroutes: tuple[RouteSpec, ...] = (),
-        skipcheck: bool = False,
-        skipped: tuple[str, ...] = (),
-    ) -> None:
-        self._assign(
-            flushroutes=flushroutes,
-            flushgateway=flushgateway,
-            delroutes=delroutes,
-            addroutes=addroutes,
-            skipcheck=skipcheck,
-            skipped=skipped,
-        )
+    skipped: tuple[str, ...] = ()
 
     def all_delroutes(self) -> tuple[RouteSpec, ...]:
         """``delroutes`` plus both default routes when ``flushgateway`` is set."""

@@ -24,7 +24,6 @@ _LINK_LOCAL = (ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fe8
 class KernelRoute(FrozenRecord):
     """One main-table unicast route as the kernel lists it."""
 
-    __slots__ = _fields = ("dst", "gw", "oif", "scope", "attrs")
     dst: Network
     gw: Optional[str]
     oif: Optional[int]

@@ -33,13 +33,9 @@ _LOAD = "failed to load netconf: "
 class Sysctl(FrozenRecord):
     """One sysctl to set: the key as written, its resolved relative path and the value."""
 
-    __slots__ = _fields = ("key", "rel", "value")
     key: str
     rel: str  # "net/ipv4/conf/eth0/arp_filter"
     value: str
-
-    def __init__(self, key: str, rel: str, value: str) -> None:
-        self._assign(key=key, rel=rel, value=value)
 
     @property
     def path(self) -> str:
@@ -49,37 +45,14 @@ class Sysctl(FrozenRecord):
 class TuningConfig(FrozenRecord):
     """The validated tuning keys, overrides applied."""
 
-    __slots__ = _fields = ("sysctl", "mac", "mtu", "promisc", "allmulti", "txqlen", "data_dir", "skipped")
-    sysctl: tuple[tuple[str, str], ...]  # (key as written, value), in config order
-    mac: str  # normalised: lower case, colon separated
-    mtu: int  # 0 = leave alone
-    promisc: bool  # False = leave alone (reference semantics)
-    allmulti: Optional[bool]
-    txqlen: Optional[int]
-    data_dir: str  # "" when a lenient load found it unusable (relative)
-    skipped: tuple[str, ...]  # what a lenient load (every command but ADD) left out, for the log
-
-    def __init__(
-        self,
-        sysctl: tuple[tuple[str, str], ...] = (),
-        mac: str = "",
-        mtu: int = 0,
-        promisc: bool = False,
-        allmulti: Optional[bool] = None,
-        txqlen: Optional[int] = None,
-        data_dir: str = DEFAULT_DATA_DIR,
-        skipped: tuple[str, ...] = (),
-    ) -> None:
-        self._assign(
-            sysctl=sysctl,
-            mac=mac,
-            mtu=mtu,
-            promisc=promisc,
-            allmulti=allmulti,
-            txqlen=txqlen,
-            data_dir=data_dir,
-            skipped=skipped,
-        )
+    sysctl: tuple[tuple[str, str], ...] = ()  # (key as written, value), in config order
+    mac: str = ""  # normalised: lower case, colon separated
+    mtu: int = 0  # 0 = leave alone
+    promisc: bool = False  # False = leave alone (reference semantics)
+    allmulti: Optional[bool] = None
+    txqlen: Optional[int] = None
+    data_dir: str = DEFAULT_DATA_DIR  # "" when a lenient load found it unusable (relative)
+    skipped: tuple[str, ...] = ()  # what a lenient load (every command but ADD) left out, for the log
 
     @property
     def changes_link(self) -> bool:

@@ -30,23 +30,12 @@ IFF_ALLMULTI = 0x200
 class LinkState(FrozenRecord):
     """The interface attributes tuning may change, as read over netlink."""
 
-    __slots__ = _fields = ("index", "mac", "mtu", "promisc", "allmulti", "txqlen")
     index: int
     mac: str
     mtu: int
     promisc: bool
     allmulti: bool
     txqlen: int
-
-    def __init__(self, index: int, mac: str, mtu: int, promisc: bool, allmulti: bool, txqlen: int) -> None:
-        self._assign(
-            index=index,
-            mac=mac,
-            mtu=mtu,
-            promisc=promisc,
-            allmulti=allmulti,
-            txqlen=txqlen,
-        )
 
 
 def read(ipr: Any, ifname: str) -> Optional[LinkState]:

@@ -16,29 +16,18 @@ from cnichain.plugins.tuning.config import TuningConfig
 
 
 class Point(Record):
-    __slots__ = _fields = ("x", "y")
-
-    def __init__(self, x: int, y: int = 0) -> None:
-        self.x = x
-        self.y = y
+    x: int
+    y: int = 0
 
 
 class FPoint(FrozenRecord):
-    __slots__ = _fields = ("x", "y")
     x: int
-    y: int
-
-    def __init__(self, x: int, y: int = 0) -> None:
-        self._assign(x=x, y=y)
+    y: int = 0
 
 
 class Other(FrozenRecord):
-    __slots__ = _fields = ("x", "y")
     x: int
-    y: int
-
-    def __init__(self, x: int, y: int = 0) -> None:
-        self._assign(x=x, y=y)
+    y: int = 0
 
 
 def test_record_is_fieldwise_equal_mutable_and_unhashable():
@@ -69,7 +58,8 @@ def test_equality_needs_the_same_class():
 
 def test_assign_needs_every_field_by_name():
     class Broken(FrozenRecord):
-        __slots__ = _fields = ("a", "b")
+        a: int
+        b: int
 
         def __init__(self, extra: bool) -> None:
             if extra:
@@ -81,6 +71,44 @@ def test_assign_needs_every_field_by_name():
         Broken(extra=False)
     with pytest.raises(TypeError, match=r"missing fields \[\], unknown fields \['c'\]"):
         Broken(extra=True)
+
+
+def test_fields_come_from_the_annotations_in_order_after_the_bases():
+    class Base(FrozenRecord):
+        a: int
+        b: str = "b"
+        LIMIT: ClassVar[int] = 3  # noqa: F821 - never evaluated under postponed annotations
+
+    class Child(Base):
+        c: float = 1.0
+
+    assert Base._fields == ("a", "b") and Child._fields == ("a", "b", "c")
+    assert Child(1) == Child(a=1, b="b", c=1.0) and Child(1, "x", 2.0).c == 2.0
+    assert repr(Child(1)).endswith("Child(a=1, b='b', c=1.0)")
+
+
+def test_the_generated_init_refuses_what_a_dataclass_refuses():
+    with pytest.raises(TypeError, match=r"missing fields \['x'\]"):
+        FPoint()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unknown field 'z'"):
+        FPoint(1, z=2)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="given twice 'x'"):
+        FPoint(1, x=2)  # type: ignore[misc]
+    with pytest.raises(TypeError, match="takes 2 fields, 3 given"):
+        FPoint(1, 2, 3)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="mutable default"):
+        class Shared(Record):
+            items: list = []
+
+
+def test_a_hand_written_init_is_kept():
+    class Fresh(Record):
+        items: list[int]
+
+        def __init__(self, items: list[int] | None = None) -> None:
+            self.items = [] if items is None else items
+
+    assert Fresh._fields == ("items",) and Fresh().items == [] and Fresh().items is not Fresh().items
 
 
 def test_frozen_records_copy_deepcopy_and_pickle():
