@@ -1,9 +1,9 @@
 """The reconciler's settings: one dataclass, the command-line options that fill it, and the argv
 that hands them to the reconciler's own process.
 
-Both ``cnichain agent`` (typer, cli/app.py) and ``python -m cnichain.agent`` (argparse,
-:mod:`cnichain.agent.config`) add these options through :func:`add_arguments`; the agent then
-starts the reconciler process with :func:`to_argv` of the result, parsed back by :func:`parse`.
+The agent's command line (:func:`cnichain.agent.config.parser`, which ``cnichain agent`` and
+``python -m cnichain.agent`` share) adds these options through :func:`add_arguments`; the agent
+then starts the reconciler process with :func:`to_argv` of the result, parsed back by :func:`parse`.
 """
 
 from __future__ import annotations
