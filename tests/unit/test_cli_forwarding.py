@@ -88,3 +88,19 @@ def test_no_command_line_is_declared_by_a_component_and_again_by_the_cli():
         assert path[0] in FORWARDED, f"{where} declares '{prog}' but the CLI does not forward to it"
         if len(path) == 1:
             assert _command(*path).params == [], f"'{prog}' is declared in {where} and in cli/app.py"
+
+
+def test_the_manifests_agent_flags_reach_the_agents_config_through_the_cli(monkeypatch):
+    """What the DaemonSet and the systemd unit run (``--opt=value`` and ``--opt value`` alike)."""
+    from cnichain.agent import server
+
+    seen = []
+    monkeypatch.setattr(server, "run", lambda config: seen.append(config) or 0)
+    argv = ["agent", "--socket=/run/x/agent.sock", "--pool=2", "--mount-ns=/proc/1/ns/mnt", "--bin-dir=/opt/cni/bin",
+            "--reconcile=dry-run", "--grace", "30"]
+    shown = CliRunner().invoke(app, argv)
+    assert shown.exit_code == 0, shown.output
+    (cfg,) = seen
+    assert (cfg.socket_path, cfg.pool_size) == ("/run/x/agent.sock", 2)
+    assert (cfg.reconcile.mode, cfg.reconcile.grace, cfg.reconcile.mount_ns) == ("dry-run", 30.0, "/proc/1/ns/mnt")
+    assert cfg.reconcile.bin_dirs == ["/opt/cni/bin"]
