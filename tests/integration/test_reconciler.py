@@ -25,6 +25,7 @@ from cnichain.tools.lab import isolate_conflist
 from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
 from tests.polling import wait_for
 from cnichain.plugins.bandwidth.config import ifb_name
+from cnichain.plugins.bridge.rules import MASQ_TABLE
 from cnichain.plugins.portmap import names
 
 pytestmark = pytest.mark.integration
@@ -118,7 +119,7 @@ def host_veth(result: dict) -> str:
 
 
 def masquerade_rules(lab) -> str:
-    return lab.run(lab.node, "nft", "list", "table", "inet", "cnichain_masquerade", check=False).stdout
+    return lab.run(lab.node, "nft", "list", "table", "inet", MASQ_TABLE, check=False).stdout
 
 
 def all_ok(node: Node, att: Attachment) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 
+from cnichain.plugins.host_local.kernel import LAST_IP_PREFIX
 from cnichain.tools.podstate import cache, files, view
 
 CONFLIST = {"cniVersion": "1.0.0", "name": "k8s", "plugins": [
@@ -52,7 +53,7 @@ def test_plugin_files(tmp_path):
     (net / "10.1.0.5").write_bytes(b"abc123\r\neth0")
     (net / "10.1.0.6").write_bytes(b"legacy1")
     (net / "10.1.0.7").write_bytes(b"")  # stale: held by nobody
-    (net / "last_reserved_ip.0").write_bytes(b"10.1.0.7")
+    (net / f"{LAST_IP_PREFIX}0").write_bytes(b"10.1.0.7")
     (net / "lock").write_bytes(b"")
     got = sorted((r.ip, r.container_id, r.ifname) for r in files.read_reservations(str(tmp_path / "ipam")))
     assert got == [("10.1.0.5", "abc123", "eth0"), ("10.1.0.6", "legacy1", None)]

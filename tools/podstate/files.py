@@ -13,8 +13,6 @@ from typing import Any, Optional
 
 from cnichain.tools.podstate.cache import valid_id
 
-HOST_LOCAL_DIR = "/var/lib/cni/networks"
-TUNING_DIR = "/run/cni/tuning"
 _MAX_FILES = 100_000
 
 
