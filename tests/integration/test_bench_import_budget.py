@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from tests.unit.test_import_budget import ALWAYS_FORBIDDEN, CONVENIENCE, explain, imported_modules, offenders
+from tests.import_budget import ALWAYS_FORBIDDEN, CONVENIENCE, explain, imported_modules, offenders
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,8 @@ import pytest
 from cnichain.plugins.bandwidth.config import IFB_PREFIX
 from cnichain.plugins.portmap import names as portmap_names
 from cnichain.tools.runtime import Attachment
-from tests.integration.test_reconciler import LIMITS, Node, masquerade_rules, wait_for
+from tests.integration.reconciler_node import LIMITS, Node, masquerade_rules
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.integration
 
