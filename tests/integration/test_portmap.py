@@ -351,7 +351,7 @@ def test_bad_conditions_leave_nothing_behind(lab, plugin_dir, routed):
     conf = pm_conf("1.0.0", synthetic_prev(1, "1.0.0"), [{"hostPort": 8080, "containerPort": 80}],
                    conditionsV4=["ip", "saddr", "not-an-address"])
     code, out = run_plugin(lab, plugin_dir, "ADD", conf, "badcond")
-    # Refused while parsing the config (issue 14), before nft sees anything.
+    # Refused while parsing the config, before nft sees anything.
     assert code == 1 and out["code"] == 999
     assert out["msg"] == "failed to parse config: conditionsV4 is not a single nftables match expression: 'ip saddr not-an-address'"
     assert "'not-an-address' is not an IPv4 address or prefix" in out["details"]
