@@ -1,7 +1,7 @@
 """Our own containerd process (a Debian binary, never the system service) for one test node.
 
 Three releases are exercised (:data:`RELEASES`): Debian 12's system containerd 1.6, and trixie's
-1.7 and sid's 2.1, which ``./run`` unpacks into its package cache (:mod:`tests.debsuites`).  Each
+1.7 and sid's 2.1, which ``./run`` unpacks into its package cache (:mod:`cnichain.tools.debcache`).  Each
 release runs with its own ``containerd-shim-runc-v2`` and ``ctr``: its directory goes first on
 the containerd process's ``PATH`` (containerd looks the shim up there), and ``ctr`` is called by
 its full path; ``runc`` is Debian 12's for all three.
@@ -27,7 +27,7 @@ from types import ModuleType
 from dataclasses import dataclass
 from typing import Optional
 
-from tests import debsuites
+from cnichain.tools import debcache
 
 from .cri_client import CriClient
 from .holder import Holder
@@ -63,7 +63,7 @@ class Release:
 
     def bin_dir(self) -> Optional[str]:
         """Directory of this release's containerd, shim and ctr; None when ./run has not unpacked it."""
-        return debsuites.containerd_bin_dir(self.suite) if self.suite else SYSTEM_BIN_DIR
+        return debcache.containerd_bin_dir(self.suite) if self.suite else SYSTEM_BIN_DIR
 
     def binary(self, name: str) -> str:
         bin_dir = self.bin_dir()
