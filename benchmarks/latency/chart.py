@@ -1,5 +1,6 @@
-"""The optional PNG: the chain per plugin (cold, warm and reference side by side, ADD and DEL), and
-growth latency against pods present, ours (and warm) against the reference.
+"""The optional PNG: the chain per plugin (cold, warm and each reference side by side, ADD and DEL),
+and growth latency against pods present, ours (and warm) against each reference (one colour per
+mode; ADD solid, DEL dashed).
 
 matplotlib is an optional dependency (``pip install 'cnichain[bench]'``); without it the bench
 still writes its JSON and table and notes why the chart is missing.  Imported only here.
@@ -12,9 +13,21 @@ from typing import Optional
 from cnichain.plugins import registry
 
 
-MODE_COLORS = {"cold": "tab:blue", "warm": "tab:green", "reference": "tab:red"}
-MODE_LABELS = {"cold": "cnichain cold", "warm": "cnichain warm", "reference": "reference"}
+MODE_COLORS = {"cold": "tab:blue", "warm": "tab:green"}
+REFERENCE_COLORS = ("tab:red", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive")
+MODE_LABELS = {"cold": "cnichain cold", "warm": "cnichain warm"}
 CHAIN_ORDER = registry.CHAIN_ORDER
+
+
+def chart_modes(out: dict) -> list[str]:
+    """cold, warm, then each reference mode, as far as they ran."""
+    refs = [m for m in out.get("references", ["reference"]) if m in out.get("modes", {})]
+    return [m for m in ("cold", "warm") if m in out.get("modes", {})] + refs
+
+
+def color(out: dict, mode: str) -> str:
+    refs = out.get("references", ["reference"])
+    return MODE_COLORS.get(mode) or REFERENCE_COLORS[refs.index(mode) % len(REFERENCE_COLORS) if mode in refs else 0]
 
 
 def chain_bars(out: dict) -> tuple[list[str], dict[str, list[Optional[float]]]]:
@@ -24,7 +37,8 @@ def chain_bars(out: dict) -> tuple[list[str], dict[str, list[Optional[float]]]]:
     (like for like); a mode without a value for a group has None there (no bar).
     """
     chain = out.get("chain", {})
-    modes = [m for m in ("cold", "warm", "reference") if m in out.get("modes", {})]
+    modes = chart_modes(out)
+    refs = out.get("references", ["reference"])
     plugins = sorted(chain, key=lambda p: (CHAIN_ORDER.index(p) if p in CHAIN_ORDER else 99, p))
     labels: list[str] = []
     values: dict[str, list[Optional[float]]] = {m: [] for m in modes}
@@ -41,7 +55,7 @@ def chain_bars(out: dict) -> tuple[list[str], dict[str, list[Optional[float]]]]:
         if any(m in totals for m in modes):
             labels.append(f"chain/pod\n{c}")
             for m in modes:
-                cell = (totals.get(m) or {}).get("all" if m == "reference" else "like_for_like", {}).get(c, {})
+                cell = (totals.get(m) or {}).get("all" if m in refs else "like_for_like", {}).get(c, {})
                 values[m].append(cell.get("median_ms"))
     return labels, values
 
@@ -53,7 +67,7 @@ def _draw_chain(ax, out: dict) -> None:
         xs = [i + (k - (len(values) - 1) / 2) * width for i in range(len(labels))]
         pts = [(x, v) for x, v in zip(xs, meds) if v is not None]
         if pts:
-            ax.bar([p[0] for p in pts], [p[1] for p in pts], width, color=MODE_COLORS[m], label=MODE_LABELS[m])
+            ax.bar([p[0] for p in pts], [p[1] for p in pts], width, color=color(out, m), label=MODE_LABELS.get(m, m))
     floor = out.get("floor", {}).get("median_ms")
     if floor:
         ax.axhline(floor, color="grey", linewidth=0.8, linestyle="--", label="python -I -S floor")
@@ -95,15 +109,14 @@ def write_chart(out: dict, path: str) -> Optional[str]:
 
 def _draw_growth(axes: list, out: dict) -> None:
     g = out["growth"]
-    styles = {"cold": "-", "reference": "--", "warm": ":"}
     for ax, plugin in zip(axes, ("host-local", "portmap")):
-        for c, color in (("ADD", "tab:blue"), ("DEL", "tab:orange")):
+        for c, style in (("ADD", "-"), ("DEL", "--")):
             lv = g.get(plugin, {}).get(c, {})
-            for m in ("cold", "warm", "reference"):
+            for m in chart_modes(out):
                 pts = sorted((int(k), v[m]["median_ms"]) for k, v in lv.items() if m in v and v[m].get("n"))
                 if pts:
-                    ax.plot([p[0] for p in pts], [p[1] for p in pts], styles[m], marker="o", color=color,
-                            label=f"{c} {'cnichain' if m == 'cold' else m}")
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", color=color(out, m),
+                            label=f"{c} {MODE_LABELS.get(m, m)}")
         floor = out.get("floor", {}).get("median_ms")
         if floor:
             ax.axhline(floor, color="grey", linewidth=0.8, label="python -I -S floor")
