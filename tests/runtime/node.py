@@ -18,8 +18,8 @@ from typing import Optional
 
 from cnichain.tools.lab import Lab
 
-from . import reaper
-from .holder import Holder
+from cnichain.tools.containerd_node import reaper
+from cnichain.tools.containerd_node.holder import Holder
 
 NODE_IP = "203.0.113.1"
 CLIENT_IP = "203.0.113.2"
