@@ -60,24 +60,46 @@ def chain_bars(out: dict) -> tuple[list[str], dict[str, list[Optional[float]]]]:
     return labels, values
 
 
-def _draw_chain(ax, out: dict) -> None:
-    labels, values = chain_bars(out)
+def pods_bars(out: dict) -> tuple[list[str], dict[str, list[Optional[float]]]]:
+    """(step labels, {mode: median ms per step}) of the pods phase; pure, for tests."""
+    pods = out.get("pods", {})
+    modes = [m for m in chart_modes(out) if m in pods]
+    steps = (("run", "RunPodSandbox"), ("stop_remove", "Stop+Remove"), ("total", "pod total"))
+    labels = [title for _, title in steps] if modes else []
+    return labels, {m: [(pods[m].get(step) or {}).get("median_ms") for step, _ in steps] for m in modes}
+
+
+def _draw_bars(ax, out: dict, labels: list[str], values: dict[str, list[Optional[float]]]) -> None:
     width = 0.8 / max(1, len(values))
     for k, (m, meds) in enumerate(values.items()):
         xs = [i + (k - (len(values) - 1) / 2) * width for i in range(len(labels))]
         pts = [(x, v) for x, v in zip(xs, meds) if v is not None]
         if pts:
             ax.bar([p[0] for p in pts], [p[1] for p in pts], width, color=color(out, m), label=MODE_LABELS.get(m, m))
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+
+
+def _draw_chain(ax, out: dict) -> None:
+    labels, values = chain_bars(out)
+    _draw_bars(ax, out, labels, values)
     floor = out.get("floor", {}).get("median_ms")
     if floor:
         ax.axhline(floor, color="grey", linewidth=0.8, linestyle="--", label="python -I -S floor")
-    ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels, fontsize=8)
     ax.set_ylabel("median exec-to-exit (ms)")
     ax.set_yscale("log")
     ax.set_title("the chain per plugin and command (bridge includes host-local); chain totals per pod")
-    ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper center", ncol=4)
+    ax.legend(fontsize=8, loc="upper center", ncol=6)
+
+
+def _draw_pods(ax, out: dict) -> None:
+    labels, values = pods_bars(out)
+    _draw_bars(ax, out, labels, values)
+    ax.set_ylabel("median per pod (ms)")
+    runtime = out.get("pods", {}).get("runtime", {})
+    ax.set_title(f"whole pods through containerd {runtime.get('version', '')}'s CRI (hostPort, bandwidth)")
+    ax.legend(fontsize=8, loc="upper left", ncol=5)
 
 
 def write_chart(out: dict, path: str) -> Optional[str]:
@@ -91,15 +113,21 @@ def write_chart(out: dict, path: str) -> Optional[str]:
         return "matplotlib is not installed (pip install 'cnichain[bench]')"
     g = out.get("growth", {})
     has_chain = bool(chain_bars(out)[0])
-    if not g and not has_chain:
-        return "no chain or growth data"
-    rows = int(bool(g)) + int(has_chain)
+    has_pods = bool(pods_bars(out)[0])
+    if not g and not has_chain and not has_pods:
+        return "no chain, growth or pods data"
+    rows = int(bool(g)) + int(has_chain) + int(has_pods)
     fig = plt.figure(figsize=(12, 4.4 * rows))
     grid = fig.add_gridspec(rows, 2)
+    row = 0
     if has_chain:
-        _draw_chain(fig.add_subplot(grid[0, :]), out)
+        _draw_chain(fig.add_subplot(grid[row, :]), out)
+        row += 1
+    if has_pods:
+        _draw_pods(fig.add_subplot(grid[row, :]), out)
+        row += 1
     if g:
-        _draw_growth([fig.add_subplot(grid[rows - 1, i]) for i in range(2)], out)
+        _draw_growth([fig.add_subplot(grid[row, i]) for i in range(2)], out)
     fig.suptitle(f"cnichain vs reference, {out['when']}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

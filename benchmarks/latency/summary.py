@@ -166,6 +166,8 @@ def _chain_totals(bench: Any, modes: list[str], pairs: Pairs, ref_types: set[str
             per_pod.setdefault(t["pod"], {})[t["command"]] = t["seconds"]
             like.setdefault(t["pod"], {})[t["command"]] = sum(
                 v for k, v in t["plugins"].items() if not ref_types or k in ref_types)
+        if not per_pod:
+            continue  # the chain phase did not run (or every pod of this mode failed)
         totals[m] = {key: _add_del(table) for key, table in (("all", per_pod), ("like_for_like", like))}
     def per_command(o: str, r: str) -> dict:
         return {c: median_ratio(totals[o]["like_for_like"][c], totals[r]["all"][c]) for c in COMMANDS}

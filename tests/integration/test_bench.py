@@ -88,6 +88,29 @@ def test_both_references_on_either_portmap_backend(tmp_path, reference_dir):
     assert "1.9.1-nft" in table and "1.9.1-ipt" in table and "1.1.1" in table
 
 
+def test_pods_through_containerd_cri(tmp_path, reference_dir):
+    """Whole pods through containerd 2.1's CRI, cold, warm (when the agent is there) and reference."""
+    from cnichain.benchmarks.latency.pods import containerd_dir
+
+    where = containerd_dir(bench.Options.containerd_dir)
+    if not where or not os.path.isfile(os.path.join(where, "containerd")):
+        if os.environ.get("CNICHAIN_DEB_CACHE"):
+            pytest.fail("sid's containerd is missing from the deb cache (./run fetches it)")
+        pytest.skip("sid's containerd is not unpacked (./run tests fetches it)")
+    modes = ("cold", "reference") if bench.warm_unavailable() else ("cold", "warm", "reference")
+    out, files = bench.run_bench(_tiny(tmp_path, reference_dir, pods_e2e=2, modes=modes, phases=("pods",)))
+    assert not leftover_namespaces(f"cnib-{out['run_id']}"), "the bench left namespaces behind"
+    assert not out["errors"], out["errors"]
+    pods = out["pods"]
+    assert pods["runtime"]["version"].startswith("2.") and pods["failed"] == 0
+    for mode in modes:
+        for step in ("run", "stop_remove", "total"):
+            assert pods[mode][step]["n"] == 2 and pods[mode][step]["median_ms"] > 0
+    assert set(pods["ratios"]) == {f"{m}/reference" for m in modes if m != "reference"}
+    assert pods["ratio"]["total"] > 0
+    assert "pods through containerd's CRI" in open(files["table"]).read()
+
+
 def test_ours_alone_without_reference(tmp_path, reference_dir):
     out, files = bench.run_bench(_tiny(tmp_path, reference_dir, pods=1, modes=("cold",), phases=("chain",),
                                        fallback=True, chart=False))

@@ -219,7 +219,7 @@ def test_write_outputs_json_and_table(summary, tmp_path):
 
 def test_chart_is_a_png_or_says_why_not(summary, tmp_path):
     assert bench.write_chart({"when": "now"}, str(tmp_path / "none.png")) in (
-        "no chain or growth data", "matplotlib is not installed (pip install 'cnichain[bench]')")
+        "no chain, growth or pods data", "matplotlib is not installed (pip install 'cnichain[bench]')")
     path = tmp_path / "g.png"
     why = bench.write_chart(summary, str(path))
     if why is None:
@@ -375,3 +375,15 @@ def test_reference_options():
                 ["--reference", "a b=/x"], ["--reference-portmap-backends", "ebpf"]):
         with pytest.raises(ValueError):
             bench.parse_args(bad)
+
+
+def test_chart_has_a_bar_per_mode_and_pod_step(tmp_path):
+    from cnichain.benchmarks.latency.chart import pods_bars
+
+    out = summarize(_three_references(), 1.0)
+    labels, values = pods_bars(out)
+    assert labels == ["RunPodSandbox", "Stop+Remove", "pod total"]
+    assert list(values) == ["cold", "ref-1.1.1", "ref-1.9.1-iptables", "ref-1.9.1-nft"]
+    assert values["ref-1.9.1-nft"] == [pytest.approx(100), pytest.approx(50), pytest.approx(150)]
+    why = bench.write_chart(out, str(tmp_path / "p.png"))
+    assert why is None or "matplotlib" in why
