@@ -14,14 +14,15 @@ from typing import Optional
 # portmap, ours/reference: no slower on an empty node, at most half the time at the top growth level.
 PORTMAP_LIMITS = (1.0, 0.5)
 FLOOR_LIMIT = 2.5  # host-local and tuning (sysctls only): at most this many bare interpreter starts
-CHAIN_LIMIT = 4.0  # the whole chain, like for like, against the reference
-# warm (node agent + shim) against the reference, issue 13: chain totals per pod, each plugin's
-# median (host-local and tuning get more room), VERSION, and a batch of pods in parallel.
-WARM_CHAIN_LIMITS = {"ADD+DEL": 0.5, "ADD": 0.75}
-WARM_PLUGIN_LIMIT = 1.5
-WARM_SLOW_PLUGINS = {"host-local": 2.0, "tuning": 2.0}
+CHAIN_LIMIT = 3.0  # the cold chain ADD+DEL per pod, like for like, against the reference
+# warm (node agent + shim) against the reference: chain totals per pod, every plugin's ADD and DEL
+# median (bandwidth, host-local and tuning included), VERSION, a batch of pods in parallel (ADD
+# and DEL), and a STATUS sweep of the chain.
+WARM_CHAIN_LIMITS = {"ADD+DEL": 0.4, "ADD": 0.6}
+WARM_PLUGIN_LIMIT = 1.0
 WARM_VERSION_LIMIT = 1.5
-WARM_PARALLEL_LIMIT = 0.75
+WARM_PARALLEL_LIMITS = {"ADD": 0.75, "DEL": 0.5}
+WARM_STATUS_LIMIT = 1.0
 
 
 def pct(values: list[float], q: float) -> float:
@@ -134,17 +135,20 @@ def warm_targets(out: dict, ref: str = "reference") -> list[dict]:
         for c in ("ADD", "DEL"):
             cells = pc.get(c, {})
             if "warm" in cells and ref in cells:
-                add(f"warm {plugin} {c} median: warm/reference", warm_ratio(cells),
-                    WARM_SLOW_PLUGINS.get(plugin, WARM_PLUGIN_LIMIT))
+                add(f"warm {plugin} {c} median: warm/reference", warm_ratio(cells), WARM_PLUGIN_LIMIT)
     for plugin, cells in sorted(out.get("version", {}).items()):
         if "warm" in cells and ref in cells:
             add(f"warm {plugin} VERSION median: warm/reference", median_ratio(cells["warm"], cells[ref]),
                 WARM_VERSION_LIMIT)
     par = out.get("parallel", {})
-    for c in ("ADD", "DEL"):
+    for c, limit in WARM_PARALLEL_LIMITS.items():
         if c in par.get("warm", {}) and c in par.get(ref, {}):
             add(f"warm {out.get('parallel_pods')} pods in parallel {c}: warm/reference",
-                median_ratio(par["warm"][c], par[ref][c]), WARM_PARALLEL_LIMIT)
+                median_ratio(par["warm"][c], par[ref][c]), limit)
+    status = out.get("status", {})
+    if "warm" in status and ref in status:
+        add("warm STATUS sweep median (like for like): warm/reference",
+            median_ratio(status["warm"]["like_for_like"], status[ref]["sweep"]), WARM_STATUS_LIMIT)
     return rows
 
 

@@ -387,3 +387,14 @@ def test_chart_has_a_bar_per_mode_and_pod_step(tmp_path):
     assert values["ref-1.9.1-nft"] == [pytest.approx(100), pytest.approx(50), pytest.approx(150)]
     why = bench.write_chart(out, str(tmp_path / "p.png"))
     assert why is None or "matplotlib" in why
+
+
+def test_warm_targets_cover_parallel_del_and_the_status_sweep():
+    out = {"parallel_pods": 8,
+           "parallel": {"warm": {"ADD": {"median_ms": 70.0}, "DEL": {"median_ms": 60.0}},
+                        "reference": {"ADD": {"median_ms": 100.0}, "DEL": {"median_ms": 100.0}}},
+           "status": {"warm": {"like_for_like": {"median_ms": 9.0}}, "reference": {"sweep": {"median_ms": 10.0}}}}
+    rows = {r["target"]: r for r in st.warm_targets(out)}
+    assert rows["warm 8 pods in parallel ADD: warm/reference"]["met"] is True  # 0.7 <= 0.75
+    assert rows["warm 8 pods in parallel DEL: warm/reference"]["met"] is False  # 0.6 > 0.5
+    assert rows["warm STATUS sweep median (like for like): warm/reference"]["value"] == pytest.approx(0.9)
