@@ -18,10 +18,10 @@ The sandbox itself (runc starting the pause process) is in every mode's numbers 
 from __future__ import annotations
 
 import os
-import time
 from typing import Optional
 
 from cnichain.benchmarks.latency.session import Bench, Mode
+from cnichain.benchmarks.measure import clock
 from cnichain.tools import debcache
 from cnichain.tools.containerd_node.cri_pods import Pod, Port
 from cnichain.tools.containerd_node.node import CriNode
@@ -108,12 +108,12 @@ def _one_pod(bench: Bench, mode: Mode, node: CriNode, i: int) -> None:
     row = {"mode": mode.name, "pod": i, "ok": False, "run": 0.0, "stop_remove": 0.0, "total": 0.0}
     sandbox = ""
     try:
-        started = time.perf_counter()
+        started = clock()
         sandbox = cri.run_pod(pod_spec(i))
-        ran = time.perf_counter()
+        ran = clock()
         cri.stop_pod(sandbox)
         cri.remove_pod(sandbox)
-        done = time.perf_counter()
+        done = clock()
         row.update(ok=True, run=ran - started, stop_remove=done - ran, total=done - started)
     except Exception as exc:  # noqa: BLE001 - a failed pod is an error of the run, with containerd's word on it
         bench.error("pods", mode.name, f"pod {i}" + (f" (sandbox {sandbox[:12]})" if sandbox else ""),
