@@ -53,14 +53,14 @@ class CriNode:
             ocimage.write_archive(self.image_archive)
         self.holder = Holder(self.netns)
         self.holder.start()
-        probe = Containerd(self.containerd_bin_dir, 2, self.holder, self.workdir, self.cni_bin_dirs, self.conf_dir,
-                           ocimage.IMAGE_NAME, self.env)
-        version = probe.version()
+        containerd = Containerd(self.containerd_bin_dir, 2, self.holder, self.workdir, self.cni_bin_dirs,
+                                self.conf_dir, ocimage.IMAGE_NAME, self.env)
+        version = containerd.version()
         if major_of(version) < 2:
             raise RuntimeError(f"containerd {version or '(unknown version)'} in {self.containerd_bin_dir}: "
-                               "the pods phase needs containerd 2.x (several CNI bin dirs)")
-        self.containerd = probe
-        self.containerd.start()
+                               "a node with several CNI bin dirs needs containerd 2.x")
+        self.containerd = containerd
+        containerd.start()
         self.containerd.ctr("images", "import", self.image_archive)
         self.cri = CriPods(self.containerd.socket, self.cgroup_parent, os.path.join(self.workdir, "pod-logs"))
         self.cri.wait_ready(ocimage.IMAGE_NAME, timeout=ready_timeout)
