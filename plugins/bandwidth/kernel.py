@@ -28,6 +28,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Iterable, Optional
 
+    from cnichain.common.rtnl_link import Link
+
 TC_H_ROOT = 0xFFFFFFFF
 TC_H_INGRESS = 0xFFFFFFF1
 TBF_HANDLE = 0x00010000  # 1:
@@ -39,52 +41,29 @@ MIRRED_EGRESS_REDIRECT = 1
 IFB_ALIAS_PREFIX = "cnichain-bandwidth"
 
 
-Link = namedtuple("Link", "index name mtu mac kind alias", defaults=(0, "", "", ""))
-
-
 def _link(msg: Any) -> Link:
-    return Link(
-        index=int(msg["index"]),
-        name=str(msg.get_attr("IFLA_IFNAME") or ""),
-        mtu=int(msg.get_attr("IFLA_MTU") or 0),
-        mac=str(msg.get_attr("IFLA_ADDRESS") or ""),
-        kind=str(msg.get_nested("IFLA_LINKINFO", "IFLA_INFO_KIND") or ""),
-        alias=str(msg.get_attr("IFLA_IFALIAS") or ""),
-    )
+    return netlink.link_of(msg)
 
 
 def get_link(ipr: Any, *, name: str = "", index: int = 0) -> Optional[Link]:
     """The link by name or index in ``ipr``'s namespace, or None when there is none."""
-    try:
-        msgs = ipr.link("get", ifname=name) if name else ipr.link("get", index=index)
-    except failures() as exc:
-        if netlink.is_gone(exc):
-            return None
-        raise
-    return _link(msgs[0]) if msgs else None
+    return netlink.get_link(ipr, name=name, index=index)
 
 
 # -- finding the pod's host-side veth ---------------------------------------------------------
 
 def veth_peer_index(netns_path: str, ifname: str) -> int:
     """The host-side ifindex of the pod's veth ``ifname`` (IFLA_LINK read inside the pod)."""
-    with netlink.session(netns_path) as pod:
-        try:
-            msgs = pod.link("get", ifname=ifname)
-        except failures() as exc:
-            if netlink.is_gone(exc):
-                raise plugin_error(f"container interface {ifname} has no veth peer: Link not found") from None
-            raise
-        msg = msgs[0]
-        kind = msg.get_nested("IFLA_LINKINFO", "IFLA_INFO_KIND")
-        if kind != "veth":
-            raise plugin_error(
-                f'container interface {ifname} has no veth peer: interface "{ifname}" was not a veth interface'
-            )
-        peer = int(msg.get_attr("IFLA_LINK") or 0)
-    if peer <= 0:
+    link = netlink.get_link_in(netns_path, name=ifname)
+    if link is None:
+        raise plugin_error(f"container interface {ifname} has no veth peer: Link not found")
+    if link.kind != "veth":
+        raise plugin_error(
+            f'container interface {ifname} has no veth peer: interface "{ifname}" was not a veth interface'
+        )
+    if link.peer <= 0:
         raise plugin_error(f"container interface {ifname} has no veth peer: no peer index")
-    return peer
+    return link.peer
 
 
 def host_veth_by_peer(host: Any, peer_index: int) -> Link:

@@ -12,15 +12,16 @@ import errno
 import os
 import time
 
-from cnichain.common import netns, nft, sysctl
+from cnichain.common import netlink, netns, nft, sysctl
 from cnichain.common.errors import CniError, plugin_error
 from cnichain.common.kernel_errors import KernelError, errno_of, failures
 from cnichain.common.log import log
-from cnichain.common.netlink import is_gone
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec
     from typing import Any, Iterable, Optional
+
+    from cnichain.common.rtnl_link import Link
 
     from .config import BridgeConfig
     from .plan import L3Plan, PodRoute
@@ -33,43 +34,17 @@ VETH_NAME_TRIES = 10
 _OPERSTATE_WAITS = (0.0, 0.05, 0.5, 1.0, 1.0)  # seconds, as the reference polls
 
 
-def attr(msg: Any, name: str, default: Any = None) -> Any:
-    value = msg.get_attr(name) if hasattr(msg, "get_attr") else None
-    return default if value is None else value
+def get_link(ipr: Any, name: str) -> Optional[Link]:
+    return netlink.get_link(ipr, name=name)
 
 
-def link_kind(msg: Any) -> str:
-    info = attr(msg, "IFLA_LINKINFO")
-    return (info.get_attr("IFLA_INFO_KIND") or "") if info is not None else ""
-
-
-def get_link(ipr: Any, name: str) -> Optional[Any]:
-    try:
-        found = ipr.link("get", ifname=name)
-    except failures() as exc:
-        if is_gone(exc):
-            return None
-        raise
-    return found[0] if found else None
-
-
-def get_link_by_index(ipr: Any, index: int) -> Optional[Any]:
-    try:
-        found = ipr.link("get", index=index)
-    except failures() as exc:
-        if is_gone(exc):
-            return None
-        raise
-    return found[0] if found else None
-
-
-def mac_of(msg: Any) -> str:
-    return str(attr(msg, "IFLA_ADDRESS", ""))
+def get_link_by_index(ipr: Any, index: int) -> Optional[Link]:
+    return netlink.get_link(ipr, index=index)
 
 
 # -- bridge ----------------------------------------------------------------------------------------
 
-def ensure_bridge(ipr: Any, cfg: BridgeConfig) -> tuple[Any, bool]:
+def ensure_bridge(ipr: Any, cfg: BridgeConfig) -> tuple[Link, bool]:
     """Create (or reuse) the bridge and bring it up; return (link, created_by_us).
 
     Every pod after the first finds the bridge, so it is looked up first and created only when
@@ -93,14 +68,14 @@ def ensure_bridge(ipr: Any, cfg: BridgeConfig) -> tuple[Any, bool]:
         link = get_link(ipr, cfg.bridge)
     if link is None:
         raise plugin_error(f'failed to create bridge "{cfg.bridge}": could not lookup "{cfg.bridge}": no such device')
-    if link_kind(link) != "bridge":
+    if link.kind != "bridge":
         raise plugin_error(f'failed to create bridge "{cfg.bridge}": "{cfg.bridge}" already exists but is not a bridge')
-    index = link["index"]
+    index = link.index
     try:
-        if cfg.promisc_mode and not link["flags"] & IFF_PROMISC:
+        if cfg.promisc_mode and not link.flags & IFF_PROMISC:
             ipr.link("set", index=index, flags=IFF_PROMISC, mask=IFF_PROMISC)
         _ensure_accept_ra_off(cfg.bridge)
-        if link.get("state") != "up":
+        if not link.up:
             ipr.link("set", index=index, state="up")
     except failures() as exc:
         if created:
@@ -128,7 +103,7 @@ def delete_link(ipr: Any, index: int) -> None:
     try:
         ipr.link("del", index=index)
     except failures() as exc:
-        if not is_gone(exc):
+        if not netlink.is_gone(exc):
             raise
 
 
@@ -154,16 +129,16 @@ def create_veth(host: Any, pod: Any, pod_fd: int, cfg: BridgeConfig, ifname: str
             host.link("add", **kwargs)
         except failures() as exc:
             if errno_of(exc) == errno.EEXIST:
-                if pod.link_lookup(ifname=ifname):
+                if netlink.link_index(pod, ifname) is not None:
                     raise plugin_error(
                         f'container veth name ("{ifname}") peer provided ("{name}") already exists'
                     ) from None
                 continue  # host name clash: draw another one
             raise KernelError.of(exc, "failed to make veth pair") from None
-        found = host.link_lookup(ifname=name)
-        if not found:
+        index = netlink.link_index(host, name)
+        if index is None:
             raise plugin_error(f"failed to make veth pair: {name} vanished after creation")
-        return name, found[0]
+        return name, index
     raise plugin_error("failed to make veth pair: no free host interface name after 10 tries")
 
 
@@ -218,7 +193,7 @@ def _set_port_vlans(ipr: Any, name: str, index: int, cfg: BridgeConfig) -> None:
         raise KernelError.of(exc, f'failed to setup vlan tag on interface "{name}"') from None
 
 
-def wait_port_up(ipr: Any, index: int) -> Any:
+def wait_port_up(ipr: Any, index: int) -> Link:
     """The bridge port must reach operstate UP (bounded poll, as the reference); returns the link.
 
     The first look is immediate and is normally already UP, so no sleep is taken; the returned
@@ -229,9 +204,9 @@ def wait_port_up(ipr: Any, index: int) -> Any:
         if delay:
             time.sleep(delay)
         link = get_link_by_index(ipr, index)
-        state = str(attr(link, "IFLA_OPERSTATE", "UNKNOWN")) if link is not None else "DOWN"
-        if state == "UP":
+        if link is not None and link.operstate == "UP":
             return link
+        state = link.operstate if link is not None else "DOWN"
     raise plugin_error(f"bridge port in error state: {state.lower()}")
 
 
@@ -310,7 +285,7 @@ def _wait_not_tentative(pod: Any, index: int, ifname: str, timeout: float = 5.0)
             return
         if time.monotonic() >= deadline:
             link = get_link_by_index(pod, index)
-            if link is not None and attr(link, "IFLA_OPERSTATE") != "UP":
+            if link is not None and link.operstate != "UP":
                 return
             raise plugin_error(
                 f'failed to settle addresses for "{ifname}": '
@@ -358,7 +333,7 @@ def delete_pod_link(netns_path: str, ifname: str) -> bool:
             try:
                 pod.link("del", ifname=ifname)
             except failures() as exc:
-                if is_gone(exc):
+                if netlink.is_gone(exc):
                     return False
                 raise
             return True
@@ -368,7 +343,7 @@ def delete_pod_link(netns_path: str, ifname: str) -> bool:
 
 # -- gateway on the bridge -------------------------------------------------------------------------
 
-def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[str]) -> str:
+def ensure_bridge_addrs(ipr: Any, bridge: Link, cfg: BridgeConfig, addrs: list[str]) -> str:
     """Put each "gw/prefix" on the bridge, or on the ``<bridge>.<vlan>`` gateway device (the
     reference's ensureAddr), then pin that device's MAC.
 
@@ -379,8 +354,8 @@ def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[st
         return ""
     from .plan import interface
 
-    index = bridge["index"]
-    dev = attr(bridge, "IFLA_IFNAME") or cfg.bridge
+    index = bridge.index
+    dev = bridge.name or cfg.bridge
     for cidr in addrs:
         want = interface(cidr)
         family = 2 if want.version == 4 else 10
@@ -398,7 +373,7 @@ def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[st
             try:
                 ipr.addr("del", index=index, address=str(have.ip), prefixlen=have.network.prefixlen)
             except failures() as exc:
-                if not is_gone(exc):
+                if not netlink.is_gone(exc):
                     raise KernelError.of(exc, f'could not remove IP address from "{dev}"') from None
         kwargs: dict[str, Any] = {"index": index, "address": str(want.ip), "prefixlen": want.network.prefixlen}
         if want.version == 6:
@@ -410,7 +385,7 @@ def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[st
                 raise KernelError.of(exc, f'could not add IP address {cidr} to "{dev}"') from None
     # Pin the MAC: otherwise the bridge takes the lowest port MAC and changes as ports churn.
     current = get_link_by_index(ipr, index)
-    mac = mac_of(current) if current is not None else ""
+    mac = current.mac if current is not None else ""
     if mac:
         try:
             ipr.link("set", index=index, address=mac)
@@ -419,7 +394,7 @@ def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[st
     return mac
 
 
-def ensure_vlan_gateway(host: Any, bridge: Any, cfg: BridgeConfig) -> Any:
+def ensure_vlan_gateway(host: Any, bridge: Link, cfg: BridgeConfig) -> Link:
     """The reference's ensureVlanInterface: the ``<bridge>.<vlan>`` device that holds the gateway
     address when ``vlan`` and ``isGateway`` are both set, created once and shared by every pod of
     that VLAN (so DEL never removes it, as the reference does not).
@@ -436,7 +411,7 @@ def ensure_vlan_gateway(host: Any, bridge: Any, cfg: BridgeConfig) -> Any:
     for _ in range(VETH_NAME_TRIES):
         port = "veth" + os.urandom(4).hex()
         kwargs: dict[str, Any] = {"ifname": port, "kind": "veth", "peer": {"ifname": name}}
-        mtu = attr(bridge, "IFLA_MTU")
+        mtu = bridge.mtu
         if mtu:
             kwargs["mtu"] = mtu
             kwargs["peer"]["mtu"] = mtu
@@ -449,15 +424,15 @@ def ensure_vlan_gateway(host: Any, bridge: Any, cfg: BridgeConfig) -> Any:
                     return existing  # a concurrent ADD made it first
                 continue
             raise KernelError.of(exc, f'faild to create vlan gateway "{name}"') from None
-        found = host.link_lookup(ifname=port)
-        if not found:
+        port_index = netlink.link_index(host, port)
+        if port_index is None:
             raise plugin_error(f'faild to create vlan gateway "{name}": {port} vanished after creation')
-        attach_host_end(host, port, found[0], bridge["index"], port_cfg)
+        attach_host_end(host, port, port_index, bridge.index, port_cfg)
         link = get_link(host, name)
         if link is None:
             raise plugin_error(f'failed to lookup "{name}"')
         try:
-            host.link("set", index=link["index"], state="up")
+            host.link("set", index=link.index, state="up")
         except failures() as exc:
             raise KernelError.of(exc, f'failed to up "{name}"') from None
         return get_link(host, name) or link

@@ -53,18 +53,16 @@ def read(ipr: Any, ifname: str) -> Optional[LinkState]:
     """The interface's current attributes, or None when there is no such interface."""
     from cnichain.common import netlink  # contextlib: not for sysctl-only configs
 
-    index = netlink.link_index(ipr, ifname)
-    if index is None:
+    link = netlink.get_link(ipr, name=ifname)
+    if link is None:
         return None
-    msg = ipr.get_links(index)[0]
-    flags = int(msg["flags"])
     return LinkState(
-        index=index,
-        mac=str(msg.get("address") or "").lower(),
-        mtu=int(msg.get("mtu") or 0),
-        promisc=bool(flags & IFF_PROMISC),
-        allmulti=bool(flags & IFF_ALLMULTI),
-        txqlen=int(msg.get("txqlen") or 0),
+        index=link.index,
+        mac=link.mac.lower(),
+        mtu=link.mtu,
+        promisc=bool(link.flags & IFF_PROMISC),
+        allmulti=bool(link.flags & IFF_ALLMULTI),
+        txqlen=link.txqlen,
     )
 
 
