@@ -18,7 +18,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds on paths that never load pyroute2
     from typing import Any, Iterator, Optional
 
-    from .rtnl_link import Link
+    from .rtnl import Link, RouteSocket
 
 # Errors that mean "already gone" for idempotent DEL.
 GONE = {errno.ENOENT, errno.ENODEV, errno.ESRCH, errno.EADDRNOTAVAIL, errno.ENXIO}
@@ -40,7 +40,6 @@ def _iproute_class() -> Any:
 
 
 _IPROUTE: Any = None
-_seq = 0  # sequence number of the last link lookup (any socket: the kernel echoes it back)
 NLM_F_DUMP_INTR = 0x10
 DUMP_ATTEMPTS = 5  # the reference's netlinksafe.maxAttempts
 DUMPS = ("get_links", "get_addr", "get_routes", "get_qdiscs", "get_filters", "get_neighbours")
@@ -69,7 +68,7 @@ def _retrying_dumps(base: Any) -> Any:
         return dump
 
     def close(self: Any, *args: Any, **kwargs: Any) -> Any:
-        sock = self.__dict__.pop("link_socket", None)
+        sock = self.__dict__.pop("rtnl", None)
         if sock is not None:
             sock.close()
         return base.close(self, *args, **kwargs)
@@ -81,20 +80,20 @@ def _retrying_dumps(base: Any) -> Any:
 
 def iproute(netns_path: Optional[str] = None) -> Any:
     """An ``IPRoute`` bound to ``netns_path`` (or to the caller's namespace), with the plain
-    rtnetlink socket of :func:`get_link` next to it (``link_socket``, closed with it)."""
+    rtnetlink socket of :func:`get_link` next to it (``rtnl``, closed with it)."""
     IPRoute = _iproute_class()
 
     if not netns_path:
-        return _with_link_socket(IPRoute())
+        return _with_route_socket(IPRoute())
     with netns.entered(netns_path):
-        return _with_link_socket(IPRoute())
+        return _with_route_socket(IPRoute())
 
 
-def _with_link_socket(ipr: Any) -> Any:
-    from . import rtnl_link
+def _with_route_socket(ipr: Any) -> Any:
+    from .rtnl import RouteSocket
 
     try:
-        ipr.link_socket = rtnl_link.open_socket()  # made here: bound to the same namespace
+        ipr.rtnl = RouteSocket()  # made here: bound to the same namespace
     except BaseException:
         ipr.close()
         raise
@@ -133,18 +132,15 @@ def is_gone(exc: BaseException) -> bool:
     return errno_of(exc) in GONE
 
 
-def get_link(ipr: Any, *, name: str = "", index: int = 0) -> Optional[Link]:
-    """The link ``name`` (or ``index``) of ``ipr``'s namespace, None when there is none.
+def get_link(handle: Any, *, name: str = "", index: int = 0) -> Optional[Link]:
+    """The link ``name`` (or ``index``) of ``handle``'s namespace, None when there is none.
 
-    One RTM_GETLINK on the plain rtnetlink socket every :func:`iproute` opens next to pyroute2's
-    (:mod:`.rtnl_link`): ~10 µs of Python against ~300 through pyroute2, no listing.
+    ``handle`` is an :func:`iproute` or a :func:`route_socket`: the lookup is one RTM_GETLINK on
+    the plain rtnetlink socket both carry (:mod:`.rtnl`), ~20 µs of Python against ~300 through
+    pyroute2, and no listing.
     """
-    global _seq
-    _seq += 1
-    from . import rtnl_link
-
     try:
-        return rtnl_link.get(ipr.link_socket, _seq, name, index)
+        return handle.rtnl.get_link(name, index)
     except OSError as exc:
         if is_gone(exc):
             return None
@@ -154,25 +150,25 @@ def get_link(ipr: Any, *, name: str = "", index: int = 0) -> Optional[Link]:
 def get_link_in(netns_path: str, *, name: str = "", index: int = 0) -> Optional[Link]:
     """:func:`get_link` in the namespace at ``netns_path``, for a caller that needs nothing else
     there: one socket and one request, no pyroute2 (``netns.NetnsGone`` when the path is gone)."""
-    global _seq
-    _seq += 1
-    from . import rtnl_link
+    with route_socket(netns_path) as sock:
+        return get_link(sock, name=name, index=index)
 
+
+def route_socket(netns_path: Optional[str] = None) -> RouteSocket:
+    """A plain rtnetlink socket (:class:`.rtnl.RouteSocket`) of ``netns_path`` (or of the
+    caller's namespace): what a plugin whose requests :mod:`.rtnl` can build uses instead of an
+    ``IPRoute``, so it never loads pyroute2."""
+    from .rtnl import RouteSocket
+
+    if not netns_path:
+        return RouteSocket()
     with netns.entered(netns_path):
-        sock = rtnl_link.open_socket()
-    try:
-        return rtnl_link.get(sock, _seq, name, index)
-    except OSError as exc:
-        if is_gone(exc):
-            return None
-        raise
-    finally:
-        sock.close()
+        return RouteSocket()
 
 
 def link_of(msg: Any) -> Link:
-    """The :class:`~.rtnl_link.Link` of a pyroute2 link message (an entry of ``get_links()``)."""
-    from .rtnl_link import Link
+    """The :class:`~.rtnl.Link` of a pyroute2 link message (an entry of ``get_links()``)."""
+    from .rtnl import Link
 
     return Link(
         index=int(msg["index"]),

@@ -21,7 +21,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec
     from typing import Any, Iterable, Optional
 
-    from cnichain.common.rtnl_link import Link
+    from cnichain.common.rtnl import Link
 
     from .config import BridgeConfig
     from .plan import L3Plan, PodRoute
