@@ -25,6 +25,14 @@ from cnichain.common.skel import NAME_RE
 from cnichain.common.version import at_least
 
 
+DEFAULT_BIN_DIR = "/opt/cni/bin"  # where runtimes look for plugins unless told otherwise
+
+
+def plugin_dirs(given: Optional[list[str]] = None) -> list[str]:
+    """The plugin directories to search: ``given``, else ``$CNI_PATH``, else :data:`DEFAULT_BIN_DIR`."""
+    return list(given or []) or [d for d in os.environ.get("CNI_PATH", "").split(":") if d] or [DEFAULT_BIN_DIR]
+
+
 class ConfigError(ValueError):
     """The config list cannot be used (missing file, bad JSON, no plugins)."""
 

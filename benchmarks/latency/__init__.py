@@ -26,13 +26,14 @@ in :mod:`cnichain.cli.app` is a thin wrapper over :func:`main`.
 
 The modules, one job each (pure ones marked):
 
-``options``   the options, their defaults and validation, argparse
+``options``   the options, their defaults and validation: the one argparse declaration
 ``session``   one run's state: the modes, the samples, how execs are recorded
 ``modes``     setting up the implementations under test (launchers, namespaces, chains, the agent)
 ``phases``    the floor, chain and parallel phases
 ``growth``    the growth phase
 ``status``    the status phase
-``stats``     (pure) percentiles, statistics, ratios, acceptance-target verdicts
+``stats``     (pure) ratios and acceptance-target verdicts over the cells
+              :mod:`cnichain.benchmarks.measure` computes (the one median and p95)
 ``summary``   (pure) the JSON result document from what the phases recorded
 ``render``    (pure) the terminal table
 ``chart``     the optional matplotlib PNG
@@ -49,7 +50,7 @@ from cnichain.benchmarks.latency.progress import Progress
 from cnichain.benchmarks.latency.render import LABEL, render_table
 from cnichain.benchmarks.latency.runner import main, run_bench, write_outputs
 from cnichain.benchmarks.latency.session import Bench, Mode, Sample
-from cnichain.benchmarks.latency import stats  # the module (pct, stats, ratio, targets live there)
+from cnichain.benchmarks.latency import stats  # the module (ratio, targets live there)
 from cnichain.benchmarks.latency.summary import summarize
 
 __all__ = [

@@ -1,8 +1,8 @@
-"""What a bench run measures: the options, their defaults, and the two ways to fill them.
+"""What a bench run measures: the options, their defaults, and the one command line that fills them.
 
-``python -m cnichain.benchmarks.latency`` parses argv here (argparse, no typer); ``cnichain bench``
-(cli/app.py, typer) collects the same values itself and calls :func:`options_from`, so both
-validate alike.
+:func:`parse_args` holds the only declaration of the bench's options: ``python -m
+cnichain.benchmarks.latency`` and ``cnichain bench`` (which hands its arguments over untouched) both
+parse argv with it, so the two accept, validate and document exactly the same options.
 """
 
 from __future__ import annotations
@@ -51,10 +51,10 @@ def parse_args(argv: Optional[list[str]] = None) -> Options:
     p.add_argument("--reference-dir", default=DEFAULT_REFERENCE_DIR)
     p.add_argument("--conflist", default="", help="conflist to run (default: the shipped default chain)")
     p.add_argument("--output-dir", default=Options.output_dir)
-    p.add_argument("--phases", default=",".join(PHASES))
+    p.add_argument("--phases", default=",".join(PHASES), help="comma-separated phases to run, in their fixed order")
     p.add_argument("--no-fallback", action="store_true", help="do not stand in reference plugins for ones cnichain lacks")
-    p.add_argument("--no-chart", action="store_true")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--no-chart", action="store_true", help="no PNG chart")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
     a = p.parse_args(argv)
     return options_from(a.pods, a.parallel, a.parallel_rounds, a.growth, a.growth_samples, a.floor_samples, a.modes,
                         a.reference_dir, a.conflist, a.output_dir, a.phases, not a.no_fallback, not a.no_chart, a.quiet,

@@ -1,14 +1,12 @@
-"""The bench's numbers: percentiles, per-cell statistics, ratios, and the acceptance-target verdicts.
+"""The bench's verdicts: ratios of cells and the acceptance targets.
 
-Pure functions over plain lists and the summary dict.  Times go in as seconds and come out as
-milliseconds (``median_ms``, ``p95_ms``, ...), the unit every report uses; ratios are always
-ours / reference on medians, so below 1.0 means we are faster.
+Pure functions over the summary dict, whose cells :func:`cnichain.benchmarks.measure.stats` made
+(milliseconds: ``median_ms``, ``p95_ms``, ...); ratios are always ours / reference on medians, so
+below 1.0 means we are faster.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
 from typing import Optional
 
 # portmap, ours/reference: no slower on an empty node, at most half the time at the top growth level.
@@ -22,22 +20,6 @@ WARM_PLUGIN_LIMIT = 1.5
 WARM_SLOW_PLUGINS = {"host-local": 2.0, "tuning": 2.0}
 WARM_VERSION_LIMIT = 1.5
 WARM_PARALLEL_LIMIT = 0.75
-
-
-def pct(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of a non-empty list: the smallest value with at least
-    q% of the values at or below it (rank ceil(q/100 * n), at least 1)."""
-    s = sorted(values)
-    rank = max(1, math.ceil(q * len(s) / 100.0))
-    return s[min(rank, len(s)) - 1]
-
-
-def stats(values: list[float]) -> dict:
-    """n, median, p95, min and max in ms of samples in seconds ({"n": 0} when there are none)."""
-    if not values:
-        return {"n": 0}
-    return {"n": len(values), "median_ms": statistics.median(values) * 1000, "p95_ms": pct(values, 95) * 1000,
-            "min_ms": min(values) * 1000, "max_ms": max(values) * 1000}
 
 
 def ratio(ours: Optional[float], ref: Optional[float]) -> Optional[float]:

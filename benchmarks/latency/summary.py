@@ -13,7 +13,8 @@ import platform
 import time
 from typing import Any, Callable, Optional
 
-from cnichain.benchmarks.latency.stats import median_ratio, stats, targets
+from cnichain.benchmarks.latency.stats import median_ratio, targets
+from cnichain.benchmarks.measure import stats
 
 SCHEMA = "cnichain-bench/1"
 COMMANDS = ("ADD", "DEL", "ADD+DEL")

@@ -1,4 +1,4 @@
-"""The bench's pure parts: statistics, target verdicts, the summary document, the table, options,
+"""The bench's pure parts: ratios, target verdicts, the summary document, the table, options,
 output files and the chart -- on synthetic samples, so no namespace, plugin or root is needed."""
 
 from __future__ import annotations
@@ -14,26 +14,6 @@ from cnichain.benchmarks.latency.session import Sample
 from cnichain.benchmarks.latency.summary import ours_mode, summarize
 
 # -- statistics ------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("q,expected", [(0, 1), (50, 5), (51, 6), (90, 9), (95, 10), (100, 10)])
-def test_pct_is_nearest_rank(q, expected):
-    assert st.pct([float(v) for v in range(10, 0, -1)], q) == expected
-
-
-@pytest.mark.parametrize("n", [1, 2, 8, 10, 19, 20, 30, 100])
-def test_p95_is_never_a_rank_too_high(n):
-    """ceil(0.95 n): with 20 samples p95 is the 19th, not the maximum (rounding half to even once
-    made some sample counts report the maximum)."""
-    values = [float(v) for v in range(1, n + 1)]
-    assert st.pct(values, 95) == -(-95 * n // 100)
-
-
-def test_stats_in_ms_and_empty():
-    assert st.stats([]) == {"n": 0}
-    cell = st.stats([0.001, 0.002, 0.003, 0.010])
-    assert cell["n"] == 4 and cell["median_ms"] == pytest.approx(2.5) and cell["p95_ms"] == pytest.approx(10)
-    assert cell["min_ms"] == pytest.approx(1) and cell["max_ms"] == pytest.approx(10)
 
 
 def test_ratios_are_none_when_a_side_is_missing():
