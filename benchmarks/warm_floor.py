@@ -31,13 +31,12 @@ import argparse
 import io
 import json
 import os
-import subprocess
 import sys
 import time
 from typing import Any, Optional
 
 from cnichain.benchmarks.latency.options import DEFAULT_CONFLIST, DEFAULT_REFERENCE_DIR
-from cnichain.benchmarks.latency.stats import median_ms, ratio, stats
+from cnichain.benchmarks.measure import clock, stats, timed_exec
 from cnichain.tools.runtime import Attachment, ConfList, PluginFailed, Runtime
 
 SCHEMA = "cnichain-warm-floor/1"
@@ -82,11 +81,11 @@ class WarmRuntime(Runtime):
                 if profiled:
                     self._profiler().enable()
                 kerneltime.start()
-                started = time.perf_counter()
+                started = clock()
                 try:
                     code = dispatch(self.plugins[plugin_type], env, stdin, out, err)
                 finally:
-                    elapsed = time.perf_counter() - started
+                    elapsed = clock() - started
                     spans = kerneltime.stop()
                     if profiled:
                         self._profiler().disable()
@@ -125,11 +124,11 @@ class WarmRuntime(Runtime):
                 return None
             outer = kerneltime.stop()  # the delegate's spans are its own (and also its caller's)
             kerneltime.start()
-            started = time.perf_counter()
+            started = clock()
             try:
                 return runner.in_process(ptype, env, stdin)
             finally:
-                elapsed = time.perf_counter() - started
+                elapsed = clock() - started
                 inner = kerneltime.stop()
                 kerneltime.start()
                 assert kerneltime.spans is not None
@@ -183,12 +182,16 @@ def chain(base: dict, workdir: str, keep: Optional[set[str]] = None) -> ConfList
 
 
 def floor(samples: int) -> list[float]:
-    out = []
-    for _ in range(samples):
-        started = time.perf_counter()
-        subprocess.run([sys.executable, "-I", "-S", "-c", "pass"], check=False)
-        out.append(time.perf_counter() - started)
-    return out
+    return [timed_exec([sys.executable, "-I", "-S", "-c", "pass"]).seconds for _ in range(samples)]
+
+
+def median_ms(cell: Optional[dict]) -> Optional[float]:
+    """The median of a :func:`measure.stats` cell (None for an empty one)."""
+    return cell.get("median_ms") if cell else None
+
+
+def ratio(ours: Optional[float], ref: Optional[float]) -> Optional[float]:
+    return None if ours is None or not ref else ours / ref
 
 
 def run(pods: int, reference_dir: str, floor_samples: int, conflist: str = "",
