@@ -198,6 +198,11 @@ class RouteSocket:
 _peek = bytearray(HEADER.size)
 
 
+def link_named(name: str) -> bytes:
+    """RTM_NEWLINK / RTM_DELLINK body naming the link by IFLA_IFNAME (the kernel resolves it)."""
+    return IFINFO.pack(0, 0, 0, 0, 0) + nla(IFLA_IFNAME, name.encode() + b"\0")
+
+
 def link_change(index: int, *, flags: int = 0, change: int = 0, mac: str = "", mtu: int = 0,
                 txqlen: Optional[int] = None) -> bytes:
     """RTM_NEWLINK body changing link ``index``: IFF_* ``flags`` under the ``change`` mask, the MAC

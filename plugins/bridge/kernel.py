@@ -1,9 +1,12 @@
-"""Every kernel effect of the bridge plugin: netlink (pyroute2), sysctls and nftables rules.
+"""Every kernel effect of the bridge plugin: netlink, sysctls and nftables rules.
 
 The plugin process runs in the host (node) namespace, so "host" sockets and sysctls are plain; the
-pod side uses an ``IPRoute`` opened inside ``CNI_NETNS`` (common.netlink) and, for the pod's
-``/proc/sys/net`` knobs, the calling thread entered into that namespace (common.netns).  Functions
-raise CniError with the reference's messages; the caller owns ordering and rollback.
+pod side uses a netlink session opened inside ``CNI_NETNS`` (common.netlink.LazySession) and, for
+the pod's ``/proc/sys/net`` knobs, the calling thread entered into that namespace (common.netns).
+The requests of the common path (links, the veth pair, port options, addresses, routes) are packed
+by :mod:`.wire` and sent on the session's plain rtnetlink socket; VLAN filtering, the VLAN gateway,
+DAD waits and forced address replacement go through pyroute2, which the session loads only then.
+Functions raise CniError with the reference's messages; the caller owns ordering and rollback.
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ import errno
 import os
 import time
 
-from cnichain.common import netlink, netns, nft, sysctl
+from cnichain.common import netlink, netns, nft, rtnl, sysctl
 from cnichain.common.errors import CniError, plugin_error
 from cnichain.common.kernel_errors import KernelError, errno_of, failures
 from cnichain.common.log import log
+
+from . import wire
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec
@@ -60,7 +65,10 @@ def ensure_bridge(ipr: Any, cfg: BridgeConfig) -> tuple[Link, bool]:
         if cfg.needs_vlan_filtering:
             kwargs["br_vlan_filtering"] = 1
         try:
-            ipr.link("add", **kwargs)
+            if cfg.needs_vlan_filtering:
+                ipr.link("add", **kwargs)
+            else:
+                ipr.rtnl.request(rtnl.RTM_NEWLINK, rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL, wire.new_bridge(cfg.bridge, cfg.mtu))
             created = True
         except failures() as exc:
             if errno_of(exc) != errno.EEXIST:
@@ -73,10 +81,10 @@ def ensure_bridge(ipr: Any, cfg: BridgeConfig) -> tuple[Link, bool]:
     index = link.index
     try:
         if cfg.promisc_mode and not link.flags & IFF_PROMISC:
-            ipr.link("set", index=index, flags=IFF_PROMISC, mask=IFF_PROMISC)
+            ipr.rtnl.request(rtnl.RTM_NEWLINK, 0, rtnl.link_change(index, flags=IFF_PROMISC, change=IFF_PROMISC))
         _ensure_accept_ra_off(cfg.bridge)
         if not link.up:
-            ipr.link("set", index=index, state="up")
+            ipr.rtnl.request(rtnl.RTM_NEWLINK, 0, rtnl.link_change(index, flags=rtnl.IFF_UP, change=rtnl.IFF_UP))
     except failures() as exc:
         if created:
             delete_link(ipr, index)
@@ -95,13 +103,13 @@ def _ensure_accept_ra_off(ifname: str) -> None:
 def delete_bridge_if_unused(ipr: Any, index: int) -> None:
     """Undo of a bridge this ADD created: removed only while no port is enslaved to it (a
     concurrent ADD may have attached its veth in the meantime)."""
-    if not any(link.get_attr("IFLA_MASTER") == index for link in ipr.get_links()):
+    if not any(link.master == index for link in ipr.rtnl.links()):
         delete_link(ipr, index)
 
 
 def delete_link(ipr: Any, index: int) -> None:
     try:
-        ipr.link("del", index=index)
+        ipr.rtnl.request(rtnl.RTM_DELLINK, 0, rtnl.link_change(index))
     except failures() as exc:
         if not netlink.is_gone(exc):
             raise
@@ -115,18 +123,11 @@ def create_veth(host: Any, pod: Any, pod_fd: int, cfg: BridgeConfig, ifname: str
     A container name that is taken fails the create with EEXIST, which is then told apart from a
     host name clash by one lookup in the pod: no lookup up front on the common path.
     """
-    peer: dict[str, Any] = {"ifname": ifname, "net_ns_fd": pod_fd}
-    if cfg.mtu:
-        peer["mtu"] = cfg.mtu
-    if cfg.mac:
-        peer["address"] = cfg.mac
     for _ in range(VETH_NAME_TRIES):
         name = "veth" + os.urandom(4).hex()  # what secrets.token_hex does, without its imports
-        kwargs: dict[str, Any] = {"ifname": name, "kind": "veth", "peer": dict(peer)}
-        if cfg.mtu:
-            kwargs["mtu"] = cfg.mtu
         try:
-            host.link("add", **kwargs)
+            host.rtnl.request(rtnl.RTM_NEWLINK, rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL,
+                              wire.new_veth(name, ifname, pod_fd, cfg.mtu, cfg.mac))
         except failures() as exc:
             if errno_of(exc) == errno.EEXIST:
                 if netlink.link_index(pod, ifname) is not None:
@@ -153,27 +154,19 @@ def attach_host_end(ipr: Any, name: str, index: int, bridge_index: int, cfg: Bri
     up_now = not cfg.needs_vlan_filtering
     try:
         _ensure_accept_ra_off(name)
-        if up_now:
-            ipr.link("set", index=index, master=bridge_index, state="up")
-        else:
-            ipr.link("set", index=index, master=bridge_index)
+        ipr.rtnl.request(rtnl.RTM_NEWLINK, 0, wire.enslave(index, bridge_index, up_now))
     except failures() as exc:
         raise KernelError.of(exc, f'failed to connect "{name}" to bridge {cfg.bridge}') from None
     try:
-        port: dict[str, Any] = {}
-        if cfg.hairpin_mode:
-            port["mode"] = 1
-        if cfg.port_isolation:
-            port["isolated"] = 1
-        if port:
-            ipr.brport("set", index=index, **port)
+        if cfg.hairpin_mode or cfg.port_isolation:
+            ipr.rtnl.request(rtnl.RTM_NEWLINK, 0, wire.bridge_port(index, cfg.hairpin_mode, cfg.port_isolation))
     except failures() as exc:
         raise KernelError.of(exc, f"failed to setup hairpin mode for {name}") from None
     if up_now:
         return
     _set_port_vlans(ipr, name, index, cfg)
     try:
-        ipr.link("set", index=index, state="up")
+        ipr.rtnl.request(rtnl.RTM_NEWLINK, 0, rtnl.link_change(index, flags=rtnl.IFF_UP, change=rtnl.IFF_UP))
     except failures() as exc:
         raise KernelError.of(exc, f'failed to set "{name}" up') from None
 
@@ -241,11 +234,10 @@ def configure_pod(pod: Any, index: int, ifname: str, plan: L3Plan, cfg: BridgeCo
 
     for ip in plan.ips:
         iface = interface(ip.address)
-        kwargs: dict[str, Any] = {"index": index, "address": str(iface.ip), "prefixlen": iface.network.prefixlen}
-        if iface.version == 6 and not cfg.enable_dad:
-            kwargs["flags"] = IFA_F_NODAD
+        flags = IFA_F_NODAD if iface.version == 6 and not cfg.enable_dad else 0
         try:
-            pod.addr("add", **kwargs)
+            pod.rtnl.request(wire.RTM_NEWADDR, rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL,
+                             wire.new_address(index, str(iface.ip), iface.network.prefixlen, flags))
         except failures() as exc:
             raise KernelError.of(exc, f'failed to add IP addr {ip.address} to "{ifname}"') from None
     set_up(pod, index, ifname)
@@ -257,7 +249,7 @@ def configure_pod(pod: Any, index: int, ifname: str, plan: L3Plan, cfg: BridgeCo
 
 def set_up(ipr: Any, index: int, ifname: str) -> None:
     try:
-        ipr.link("set", index=index, state="up")
+        ipr.rtnl.request(rtnl.RTM_NEWLINK, 0, rtnl.link_change(index, flags=rtnl.IFF_UP, change=rtnl.IFF_UP))
     except failures() as exc:
         raise KernelError.of(exc, f'failed to set "{ifname}" UP') from None
 
@@ -307,7 +299,11 @@ def add_route(pod: Any, index: int, ifname: str, route: PodRoute) -> None:
     elif not route.gw:
         kwargs["scope"] = 253  # link scope for a device route
     try:
-        pod.route("append", **kwargs)
+        if route.table is not None and route.table > 255:
+            pod.route("append", **kwargs)
+        else:
+            body = wire.new_route(route.dst, index, route.gw, route.priority, route.table, kwargs.get("scope", 0))
+            pod.rtnl.request(wire.RTM_NEWROUTE, rtnl.NLM_F_CREATE | wire.NLM_F_APPEND, body)
     except failures() as exc:
         if errno_of(exc) == errno.EEXIST:
             return
@@ -321,17 +317,19 @@ def add_route(pod: Any, index: int, ifname: str, route: PodRoute) -> None:
 def delete_pod_link(netns_path: str, ifname: str) -> bool:
     """Delete the container interface; False when netns or link is already gone.
 
-    One delete request by name (the kernel resolves it): a missing link is ENODEV, not a lookup
-    first.  Deleting a veth takes the kernel ~15-20 ms (RCU barriers) whatever we do.
+    One delete request by name (the kernel resolves it) on a plain rtnetlink socket in the pod
+    (common.rtnl: DEL needs nothing else of netlink, so it never loads pyroute2): a missing link
+    is ENODEV, not a lookup first.  Deleting a veth takes the kernel ~15-20 ms (RCU barriers)
+    whatever we do.
     """
-    from cnichain.common.netlink import session
+    from cnichain.common import rtnl
 
     if not os.path.exists(netns_path):
-        return False  # pod namespace already gone: so is its veth (no need to load pyroute2)
+        return False  # pod namespace already gone: so is its veth
     try:
-        with session(netns_path) as pod:
+        with netlink.route_socket(netns_path) as pod:
             try:
-                pod.link("del", ifname=ifname)
+                pod.request(rtnl.RTM_DELLINK, 0, rtnl.link_named(ifname))
             except failures() as exc:
                 if netlink.is_gone(exc):
                     return False
@@ -359,9 +357,8 @@ def ensure_bridge_addrs(ipr: Any, bridge: Link, cfg: BridgeConfig, addrs: list[s
     for cidr in addrs:
         want = interface(cidr)
         family = 2 if want.version == 4 else 10
-        present = []
-        for msg in ipr.get_addr(family=family, index=index):
-            present.append(interface(f"{msg.get_attr('IFA_ADDRESS')}/{msg['prefixlen']}"))
+        listing = ipr.rtnl.dump(wire.RTM_GETADDR, wire.address_dump(family))
+        present = [interface(f"{address}/{prefixlen}") for address, prefixlen in wire.addresses(listing, index)]
         if want in present:
             continue
         for have in present:
@@ -375,11 +372,10 @@ def ensure_bridge_addrs(ipr: Any, bridge: Link, cfg: BridgeConfig, addrs: list[s
             except failures() as exc:
                 if not netlink.is_gone(exc):
                     raise KernelError.of(exc, f'could not remove IP address from "{dev}"') from None
-        kwargs: dict[str, Any] = {"index": index, "address": str(want.ip), "prefixlen": want.network.prefixlen}
-        if want.version == 6:
-            kwargs["flags"] = IFA_F_NODAD
         try:
-            ipr.addr("add", **kwargs)
+            ipr.rtnl.request(wire.RTM_NEWADDR, rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL,
+                             wire.new_address(index, str(want.ip), want.network.prefixlen,
+                                              IFA_F_NODAD if want.version == 6 else 0))
         except failures() as exc:
             if errno_of(exc) != errno.EEXIST:
                 raise KernelError.of(exc, f'could not add IP address {cidr} to "{dev}"') from None
@@ -388,7 +384,7 @@ def ensure_bridge_addrs(ipr: Any, bridge: Link, cfg: BridgeConfig, addrs: list[s
     mac = current.mac if current is not None else ""
     if mac:
         try:
-            ipr.link("set", index=index, address=mac)
+            ipr.rtnl.request(rtnl.RTM_NEWLINK, 0, rtnl.link_change(index, mac=mac))
         except failures() as exc:
             raise KernelError.of(exc, "could not set bridge's mac") from None
     return mac

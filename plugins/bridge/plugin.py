@@ -40,10 +40,10 @@ def cmd_add(req: Request) -> Result:
     undo = Rollback()
     host = pod = None
     try:
-        from cnichain.common.netlink import iproute
+        from cnichain.common.netlink import LazySession
 
-        host = iproute()
-        pod = iproute(req.netns)
+        host = LazySession()  # pyroute2 only for the rarer paths (VLANs, DAD waits, ...)
+        pod = LazySession(req.netns)
         result = _add(req, cfg, host, pod, pod_fd, undo)
         return result
     except BaseException:

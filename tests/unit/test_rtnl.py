@@ -13,6 +13,7 @@ MTU = "0000000003000000000000000000000008000400780500 00"
 ALLMULTI_ON = "00000000030000000002000000020000"
 TXQLEN = "00000000030000000000000000000000 08000d00f4010000"
 PROMISC_OFF = "00000000030000000000000000010000"
+DEL_BY_NAME = "000000000000000000000000000000000800030076683000"  # bridge DEL: the pod's link by name
 
 
 def _hex(text: str) -> bytes:
@@ -26,6 +27,7 @@ def test_link_changes_are_pyroute2s_bytes():
     assert rtnl.link_change(3, flags=0x200, change=0x200) == _hex(ALLMULTI_ON)
     assert rtnl.link_change(3, txqlen=500) == _hex(TXQLEN)
     assert rtnl.link_change(3, flags=0, change=0x100) == _hex(PROMISC_OFF)
+    assert rtnl.link_named("vh0") == _hex(DEL_BY_NAME)
 
 
 def _as_message(body: bytes, msg_type: int) -> bytes:
