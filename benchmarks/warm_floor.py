@@ -124,11 +124,16 @@ class WarmRuntime(Runtime):
                 return None
             outer = kerneltime.stop()  # the delegate's spans are its own (and also its caller's)
             kerneltime.start()
+            profiled = f"{ptype}:{env.get('CNI_COMMAND', '')}" in self.profile
+            if profiled:
+                self._profiler().enable()
             started = clock()
             try:
                 return runner.in_process(ptype, env, stdin)
             finally:
                 elapsed = clock() - started
+                if profiled:
+                    self._profiler().disable()
                 inner = kerneltime.stop()
                 kerneltime.start()
                 assert kerneltime.spans is not None
