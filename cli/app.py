@@ -16,8 +16,9 @@ from typing import List
 import typer
 
 from cnichain.common.shim import DEFAULT_SOCKET
+from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR as HOST_LOCAL_DATA_DIR
+from cnichain.plugins.tuning.config import DEFAULT_DATA_DIR as TUNING_DATA_DIR
 from cnichain.tools.podstate.cache import LIBCNI_CACHE_DIR, RUNNER_CACHE_DIR
-from cnichain.tools.podstate.files import HOST_LOCAL_DIR, TUNING_DIR
 
 app = typer.Typer(
     add_completion=False,
@@ -187,8 +188,8 @@ def inspect(
     container: str = typer.Option("", "--container", help="Only this container ID"),
     as_json: bool = typer.Option(False, "--json", help="The whole view as JSON"),
     cache_dir: List[str] = typer.Option(NODE_CACHE_DIRS, "--cache-dir", help="A result cache root holding results/ (repeatable): libcni's /var/lib/cni, our runner's"),
-    ipam_dir: List[str] = typer.Option([HOST_LOCAL_DIR], "--ipam-dir", help="host-local dataDir (repeatable; dirs named in cached conflists are added)"),
-    tuning_dir: List[str] = typer.Option([TUNING_DIR], "--tuning-dir", help="tuning dataDir (repeatable; dirs named in cached conflists are added)"),
+    ipam_dir: List[str] = typer.Option([HOST_LOCAL_DATA_DIR], "--ipam-dir", help="host-local dataDir (repeatable; dirs named in cached conflists are added)"),
+    tuning_dir: List[str] = typer.Option([TUNING_DATA_DIR], "--tuning-dir", help="tuning dataDir (repeatable; dirs named in cached conflists are added)"),
     node_netns: str = typer.Option("", "--node-netns", help="Read kernel state in this namespace instead of the caller's"),
     live: List[str] = typer.Option([], "--live", help="A container ID that is alive (repeatable): every other one is an orphan"),
     runtime_endpoint: str = typer.Option("", "--runtime-endpoint", help="CRI socket: a sandbox ListPodSandbox lists is never stale"),
@@ -223,8 +224,8 @@ def gc(
     cache_dir: List[str] = typer.Option(NODE_CACHE_DIRS, "--cache-dir", help="A result cache root holding results/ (repeatable)"),
     bin_dir: List[str] = typer.Option([], "--bin-dir", help="Plugin directory (repeatable); default $CNI_PATH or /opt/cni/bin"),
     node_netns: str = typer.Option("", "--node-netns", help="Run the plugins and read kernel state in this namespace"),
-    ipam_dir: List[str] = typer.Option([HOST_LOCAL_DIR], "--ipam-dir", help="host-local dataDir to list what GC removes (repeatable)"),
-    tuning_dir: List[str] = typer.Option([TUNING_DIR], "--tuning-dir", help="tuning dataDir (repeatable)"),
+    ipam_dir: List[str] = typer.Option([HOST_LOCAL_DATA_DIR], "--ipam-dir", help="host-local dataDir to list what GC removes (repeatable)"),
+    tuning_dir: List[str] = typer.Option([TUNING_DATA_DIR], "--tuning-dir", help="tuning dataDir (repeatable)"),
     runtime_endpoint: str = typer.Option("", "--runtime-endpoint", help="CRI socket: a sandbox ListPodSandbox lists is kept"),
 ) -> None:
     """Collect attachments of pods that no longer exist, from any runtime's result cache or a --valid list.

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from cnichain.common import atomic
 from cnichain.common import netns as netns_mod
 from cnichain.common.errors import CniError
 from cnichain.common.invoke import error_from_output, find_plugin
@@ -197,11 +198,7 @@ class Runtime:
             "config": base64.b64encode(json.dumps(conflist.raw).encode()).decode(),
             "result": result,
         }
-        tmp = f"{path}.tmp{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(entry, fh)
-        os.replace(tmp, path)
+        atomic.write_file(path, json.dumps(entry).encode(), 0o600)
 
     def cached(self, network: str, att: Attachment) -> Optional[dict]:
         try:

@@ -13,7 +13,7 @@ from typing import Optional
 PORTMAP_LIMITS = (1.0, 0.5)
 FLOOR_LIMIT = 2.5  # host-local and tuning (sysctls only): at most this many bare interpreter starts
 CHAIN_LIMIT = 4.0  # the whole chain, like for like, against the reference
-# warm (node agent + shim) against the reference, issue 13: chain totals per pod, each plugin's
+# warm (node agent + shim) against the reference: chain totals per pod, each plugin's
 # median (host-local and tuning get more room), VERSION, and a batch of pods in parallel.
 WARM_CHAIN_LIMITS = {"ADD+DEL": 0.5, "ADD": 0.75}
 WARM_PLUGIN_LIMIT = 1.5

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from typing import Optional
 
+from cnichain.common import atomic
 from cnichain.tools.lab import Lab
 
 from . import reaper
@@ -102,10 +103,7 @@ class Node:
             if conflist.get("cniVersion") == version:
                 continue
             conflist["cniVersion"] = version
-            tmp = os.path.join(directory, f".{name}.tmp")
-            with open(tmp, "w") as fh:
-                json.dump(conflist, fh, indent=2)
-            os.replace(tmp, path)
+            atomic.write_file(path, json.dumps(conflist, indent=2).encode(), 0o644)
 
     # -- running things ---------------------------------------------------------------------------
     def node_run(self, *argv: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
