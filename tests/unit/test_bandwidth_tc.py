@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from cnichain.common import rtnl
 from cnichain.plugins.bandwidth import tc
-from cnichain.plugins.bandwidth.kernel import ETH_P_ALL, FILTER_PRIO, FLOWID, INGRESS_HANDLE, TBF_HANDLE, TC_H_INGRESS, TC_H_ROOT
+from cnichain.plugins.bandwidth.config import IFB_PREFIX
+from cnichain.plugins.bandwidth.kernel import (ETH_P_ALL, FILTER_PRIO, FLOWID, IFB_ALIAS_PREFIX, INGRESS_HANDLE, TBF_HANDLE,
+                                               TC_H_INGRESS, TC_H_ROOT)
 from cnichain.plugins.bandwidth.plan import TbfParams
 
 IFB = ("000000000000000000000000000000000d00030062777074657374300000000008000400dc05000008000d0000000000"
@@ -35,8 +37,8 @@ def _hex(text: str) -> bytes:
 
 
 def test_link_requests_are_pyroute2s_bytes():
-    assert tc.new_ifb("bwptest0", 1500) == _hex(IFB)
-    assert tc.link_up_with_alias(4, "cnichain-bandwidth net=x id=y") == _hex(UP)
+    assert tc.new_ifb(IFB_PREFIX + "test0", 1500) == _hex(IFB)
+    assert tc.link_up_with_alias(4, IFB_ALIAS_PREFIX + " net=x id=y") == _hex(UP)
     assert tc.link_index_only(4) == _hex(DEL_LINK)
 
 
