@@ -38,7 +38,7 @@ def attachment(mode: Mode, i: int, pod: str, with_capabilities: bool = True) -> 
 def pod_netns(bench: Bench, mode: Mode, i: int) -> str:
     """The netns of ``mode``'s pod ``i``, created on first use and reused by later phases."""
     while len(mode.pods) <= i:
-        mode.pods.append(bench.lab.netns(f"{mode.name[:3]}{len(mode.pods)}"))
+        mode.pods.append(bench.lab.netns(f"p{list(bench.modes).index(mode.name)}-{len(mode.pods)}"))
     return mode.pods[i]
 
 
