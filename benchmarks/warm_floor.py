@@ -1,6 +1,7 @@
 """Each plugin's warm request next to the kernel work it does, and the reference's exec, in one run.
 
-    sudo .venv/bin/python -m cnichain.benchmarks.warm_floor --pods 20 --reference-dir DIR
+    sudo .venv/bin/python -m cnichain.benchmarks.warm_floor --pods 20 --reference-dir debian:sid
+    ... --profile bandwidth:DEL,host-local:ADD     # those requests under cProfile instead (stderr)
 
 The shipped default chain (bridge with host-local, portmap, bandwidth, tuning, route-override) runs
 pod after pod in two node namespaces of a throwaway lab, interleaved:
@@ -301,7 +302,8 @@ def render(out: dict) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description="Warm plugin requests next to their kernel time and the reference.")
     parser.add_argument("--pods", type=int, default=20)
-    parser.add_argument("--reference-dir", default=DEFAULT_REFERENCE_DIR)
+    parser.add_argument("--reference-dir", default=DEFAULT_REFERENCE_DIR,
+                        help="the reference plugins: a directory, or debian:SUITE for the deb cache's unpacked package")
     parser.add_argument("--floor-samples", type=int, default=20)
     parser.add_argument("--conflist", default="", help="a conflist to run instead of the shipped default chain")
     parser.add_argument("--output-dir", default="benchmarks/results")
@@ -311,8 +313,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     if os.geteuid() != 0:
         print("warm_floor: run as root (it creates network namespaces)", file=sys.stderr)
         return 2
+    from cnichain.tools.debcache import resolve_plugins_dir
+
+    reference_dir = resolve_plugins_dir(o.reference_dir)
+    if reference_dir is None:
+        print(f"warm_floor: {o.reference_dir} is not in the deb cache (./run tests fetches it)", file=sys.stderr)
+        return 2
     profile = {p for p in o.profile.split(",") if p}
-    out = run(o.pods, o.reference_dir, o.floor_samples, o.conflist, profile)
+    out = run(o.pods, reference_dir, o.floor_samples, o.conflist, profile)
     if "profile" in out:
         print(out["profile"], file=sys.stderr)
     text = render(out)
