@@ -13,6 +13,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (typing costs milliseconds per exec)
     from typing import Any, Optional
 
+from . import kerneltime
 from .errors import CniError, Code
 from .kernel_errors import NftError
 
@@ -44,11 +45,18 @@ def handle() -> Any:
         except ImportError as exc:
             raise CniError(Code.NOT_AVAILABLE, "the nftables Python binding is not installed", str(exc)) from None
         _nft = None  # the old context (and its socket) goes before the new one is made
-        ctx = nftables.Nftables()
+        ctx = nftables.Nftables() if kerneltime.spans is None else _timed_context(nftables)
         ctx.set_json_output(True)
         ctx.set_handle_output(True)
         _nft, _nft_netns = ctx, where
     return _nft
+
+
+def _timed_context(nftables: Any) -> Any:
+    """A context whose commands are recorded (benchmarks only: :mod:`.kerneltime`)."""
+    ctx = kerneltime.timed("nftables", nftables.Nftables)()
+    ctx.cmd = kerneltime.timed("nftables", ctx.cmd)  # json_cmd runs through cmd
+    return ctx
 
 
 def reset() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+from . import kerneltime
 from .errors import config_error
 
 PROC_SYS = "/proc/sys"
@@ -42,11 +43,23 @@ def path_for_interface(template: str, ifname: str) -> str:
 
 
 def read(path: str) -> str:
+    if kerneltime.spans is not None:
+        return kerneltime.timed("sysctl", _read)(path)
+    return _read(path)
+
+
+def write(path: str, value: str) -> None:
+    if kerneltime.spans is not None:
+        return kerneltime.timed("sysctl", _write)(path, value)
+    _write(path, value)
+
+
+def _read(path: str) -> str:
     with open(path, "r", encoding="ascii") as fh:
         return fh.read().rstrip("\n")
 
 
-def write(path: str, value: str) -> None:
+def _write(path: str, value: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
         os.write(fd, value.encode())

@@ -85,7 +85,7 @@ def cmd_add(req: Request) -> Result:
 
     from . import kernel
 
-    with netlink.session() as host:
+    with netlink.route_socket() as host:
         veth = _host_veth(host, req, prev)
         with Rollback() as undo:
             if ingress is not None:
@@ -123,7 +123,7 @@ def cmd_del(req: Request) -> None:
 
     from . import kernel
 
-    with netlink.session() as host:
+    with netlink.route_socket() as host:
         ifb = kernel.get_link(host, name=name)
         veths = _veths_for_del(host, req, prev)
         if not veths and ifb is not None:
@@ -177,7 +177,7 @@ def cmd_check(req: Request) -> None:
 
     from . import kernel
 
-    with netlink.session() as host:
+    with netlink.route_socket() as host:
         veth = _host_veth(host, req, prev)
         if cfg.ingress is not None:
             _check_tbf(host, veth, plan.accepted(cfg.ingress, tick))
@@ -229,7 +229,7 @@ def cmd_gc(req: Request) -> None:
     from . import kernel
 
     prefix = f"{kernel.IFB_ALIAS_PREFIX} net={req.network_name} id="
-    with netlink.session() as host:
+    with netlink.route_socket() as host:
         for link in kernel.ifb_links(host):
             if not link.alias.startswith(prefix):
                 continue

@@ -16,7 +16,7 @@ from cnichain.common.invoke import delegate_ipam
 from cnichain.common.skel import Request
 from cnichain.common.types import Result
 
-from .kernel import IFF_PROMISC, attr, get_link, get_link_by_index, link_kind, mac_of
+from .kernel import IFF_PROMISC, get_link, get_link_by_index
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec
@@ -47,17 +47,17 @@ def _check_bridge(host: Any, prev: Result, cfg: BridgeConfig) -> int:
     link = get_link(host, cfg.bridge)
     if link is None:
         raise plugin_error(f"CNI created bridge {cfg.bridge} in host namespace was not found")
-    if link_kind(link) != "bridge":
+    if link.kind != "bridge":
         raise plugin_error(f"Interface {cfg.bridge} does not have link type of bridge")
-    if entry is not None and entry.mac and entry.mac.lower() != mac_of(link).lower():
+    if entry is not None and entry.mac and entry.mac.lower() != link.mac.lower():
         raise plugin_error(f"Bridge interface {cfg.bridge} Mac doesn't match: {entry.mac}")
-    promisc = bool(link["flags"] & IFF_PROMISC)
+    promisc = bool(link.flags & IFF_PROMISC)
     if promisc != cfg.promisc_mode:
         raise plugin_error(
             f"Bridge interface {cfg.bridge} configured Promisc Mode {str(cfg.promisc_mode).lower()} "
             f"doesn't match current state: {str(promisc).lower()} "
         )
-    return link["index"]
+    return link.index
 
 
 def _check_container(host: Any, pod: Any, prev: Result, cfg: BridgeConfig, req: Request, bridge_index: int) -> int:
@@ -71,23 +71,23 @@ def _check_container(host: Any, pod: Any, prev: Result, cfg: BridgeConfig, req: 
     link = get_link(pod, req.ifname)
     if link is None:
         raise plugin_error(f"CNI created interface in container {req.ifname} not found")
-    if link_kind(link) != "veth":
+    if link.kind != "veth":
         raise plugin_error(f"Error: Container interface {req.ifname} not of type veth")
-    if entry.mac and entry.mac.lower() != mac_of(link).lower():
-        raise plugin_error(f"Interface {req.ifname} Mac {entry.mac} doesn't match container Mac: {mac_of(link)}")
-    peer_index = attr(link, "IFLA_LINK")
+    if entry.mac and entry.mac.lower() != link.mac.lower():
+        raise plugin_error(f"Interface {req.ifname} Mac {entry.mac} doesn't match container Mac: {link.mac}")
+    peer_index = link.peer
     peer = get_link_by_index(host, peer_index) if peer_index else None
     if (
         peer is None
-        or link_kind(peer) != "veth"
-        or attr(peer, "IFLA_MASTER") != bridge_index
-        or attr(peer, "IFLA_LINK") != link["index"]
+        or peer.kind != "veth"
+        or peer.master != bridge_index
+        or peer.peer != link.index
     ):
         raise plugin_error(f"CNI veth created for bridge {cfg.bridge} was not found")
     named = [i for i in prev.interfaces if not i.sandbox and i.name not in (cfg.bridge,)]
-    if named and attr(peer, "IFLA_IFNAME") not in {i.name for i in named}:
+    if named and peer.name not in {i.name for i in named}:
         raise plugin_error(f"CNI veth created for bridge {cfg.bridge} was not found")
-    return link["index"]
+    return link.index
 
 
 def _check_addresses(pod: Any, prev: Result, index: int, ifname: str) -> None:

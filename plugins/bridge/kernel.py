@@ -2,9 +2,12 @@
 gateway on the bridge, forwarding.  The nftables rules are :mod:`.firewall`'s.
 
 The plugin process runs in the host (node) namespace, so "host" sockets and sysctls are plain; the
-pod side uses an ``IPRoute`` opened inside ``CNI_NETNS`` (common.netlink) and, for the pod's
-``/proc/sys/net`` knobs, the calling thread entered into that namespace (common.netns).  Functions
-raise CniError with the reference's messages; the caller owns ordering and rollback.
+pod side uses a netlink session opened inside ``CNI_NETNS`` (common.netlink.LazySession) and, for
+the pod's ``/proc/sys/net`` knobs, the calling thread entered into that namespace (common.netns).
+The requests of the common path (links, the veth pair, port options, addresses, routes) are packed
+by :mod:`.wire` and sent on the session's plain rtnetlink socket; VLAN filtering, the VLAN gateway,
+DAD waits and forced address replacement go through pyroute2, which the session loads only then.
+Functions raise CniError with the reference's messages; the caller owns ordering and rollback.
 """
 
 from __future__ import annotations
@@ -13,14 +16,17 @@ import errno
 import os
 import time
 
-from cnichain.common import netns, sysctl
+from cnichain.common import netlink, netns, rtnl, sysctl
 from cnichain.common.errors import plugin_error
 from cnichain.common.kernel_errors import KernelError, errno_of, failures
-from cnichain.common.netlink import is_gone
+
+from . import wire
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec
     from typing import Any, Optional
+
+    from cnichain.common.rtnl import Link
 
     from .config import BridgeConfig
     from .plan import L3Plan, PodRoute
@@ -33,43 +39,17 @@ VETH_NAME_TRIES = 10
 _OPERSTATE_WAITS = (0.0, 0.05, 0.5, 1.0, 1.0)  # seconds, as the reference polls
 
 
-def attr(msg: Any, name: str, default: Any = None) -> Any:
-    value = msg.get_attr(name) if hasattr(msg, "get_attr") else None
-    return default if value is None else value
+def get_link(ipr: Any, name: str) -> Optional[Link]:
+    return netlink.get_link(ipr, name=name)
 
 
-def link_kind(msg: Any) -> str:
-    info = attr(msg, "IFLA_LINKINFO")
-    return (info.get_attr("IFLA_INFO_KIND") or "") if info is not None else ""
-
-
-def get_link(ipr: Any, name: str) -> Optional[Any]:
-    try:
-        found = ipr.link("get", ifname=name)
-    except failures() as exc:
-        if is_gone(exc):
-            return None
-        raise
-    return found[0] if found else None
-
-
-def get_link_by_index(ipr: Any, index: int) -> Optional[Any]:
-    try:
-        found = ipr.link("get", index=index)
-    except failures() as exc:
-        if is_gone(exc):
-            return None
-        raise
-    return found[0] if found else None
-
-
-def mac_of(msg: Any) -> str:
-    return str(attr(msg, "IFLA_ADDRESS", ""))
+def get_link_by_index(ipr: Any, index: int) -> Optional[Link]:
+    return netlink.get_link(ipr, index=index)
 
 
 # -- bridge ----------------------------------------------------------------------------------------
 
-def ensure_bridge(ipr: Any, cfg: BridgeConfig) -> tuple[Any, bool]:
+def ensure_bridge(ipr: Any, cfg: BridgeConfig) -> tuple[Link, bool]:
     """Create (or reuse) the bridge and bring it up; return (link, created_by_us).
 
     Every pod after the first finds the bridge, so it is looked up first and created only when
@@ -85,7 +65,10 @@ def ensure_bridge(ipr: Any, cfg: BridgeConfig) -> tuple[Any, bool]:
         if cfg.needs_vlan_filtering:
             kwargs["br_vlan_filtering"] = 1
         try:
-            ipr.link("add", **kwargs)
+            if cfg.needs_vlan_filtering:
+                ipr.link("add", **kwargs)
+            else:
+                ipr.rtnl.request(rtnl.RTM_NEWLINK, rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL, wire.new_bridge(cfg.bridge, cfg.mtu))
             created = True
         except failures() as exc:
             if errno_of(exc) != errno.EEXIST:
@@ -93,15 +76,15 @@ def ensure_bridge(ipr: Any, cfg: BridgeConfig) -> tuple[Any, bool]:
         link = get_link(ipr, cfg.bridge)
     if link is None:
         raise plugin_error(f'failed to create bridge "{cfg.bridge}": could not lookup "{cfg.bridge}": no such device')
-    if link_kind(link) != "bridge":
+    if link.kind != "bridge":
         raise plugin_error(f'failed to create bridge "{cfg.bridge}": "{cfg.bridge}" already exists but is not a bridge')
-    index = link["index"]
+    index = link.index
     try:
-        if cfg.promisc_mode and not link["flags"] & IFF_PROMISC:
-            ipr.link("set", index=index, flags=IFF_PROMISC, mask=IFF_PROMISC)
+        if cfg.promisc_mode and not link.flags & IFF_PROMISC:
+            ipr.rtnl.request(rtnl.RTM_NEWLINK, 0, rtnl.link_change(index, flags=IFF_PROMISC, change=IFF_PROMISC))
         _ensure_accept_ra_off(cfg.bridge)
-        if link.get("state") != "up":
-            ipr.link("set", index=index, state="up")
+        if not link.up:
+            ipr.rtnl.request(rtnl.RTM_NEWLINK, 0, rtnl.link_change(index, flags=rtnl.IFF_UP, change=rtnl.IFF_UP))
     except failures() as exc:
         if created:
             delete_link(ipr, index)
@@ -120,15 +103,15 @@ def _ensure_accept_ra_off(ifname: str) -> None:
 def delete_bridge_if_unused(ipr: Any, index: int) -> None:
     """Undo of a bridge this ADD created: removed only while no port is enslaved to it (a
     concurrent ADD may have attached its veth in the meantime)."""
-    if not any(link.get_attr("IFLA_MASTER") == index for link in ipr.get_links()):
+    if not any(link.master == index for link in ipr.rtnl.links()):
         delete_link(ipr, index)
 
 
 def delete_link(ipr: Any, index: int) -> None:
     try:
-        ipr.link("del", index=index)
+        ipr.rtnl.request(rtnl.RTM_DELLINK, 0, rtnl.link_change(index))
     except failures() as exc:
-        if not is_gone(exc):
+        if not netlink.is_gone(exc):
             raise
 
 
@@ -140,30 +123,23 @@ def create_veth(host: Any, pod: Any, pod_fd: int, cfg: BridgeConfig, ifname: str
     A container name that is taken fails the create with EEXIST, which is then told apart from a
     host name clash by one lookup in the pod: no lookup up front on the common path.
     """
-    peer: dict[str, Any] = {"ifname": ifname, "net_ns_fd": pod_fd}
-    if cfg.mtu:
-        peer["mtu"] = cfg.mtu
-    if cfg.mac:
-        peer["address"] = cfg.mac
     for _ in range(VETH_NAME_TRIES):
         name = "veth" + os.urandom(4).hex()  # what secrets.token_hex does, without its imports
-        kwargs: dict[str, Any] = {"ifname": name, "kind": "veth", "peer": dict(peer)}
-        if cfg.mtu:
-            kwargs["mtu"] = cfg.mtu
         try:
-            host.link("add", **kwargs)
+            host.rtnl.request(rtnl.RTM_NEWLINK, rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL,
+                              wire.new_veth(name, ifname, pod_fd, cfg.mtu, cfg.mac))
         except failures() as exc:
             if errno_of(exc) == errno.EEXIST:
-                if pod.link_lookup(ifname=ifname):
+                if netlink.link_index(pod, ifname) is not None:
                     raise plugin_error(
                         f'container veth name ("{ifname}") peer provided ("{name}") already exists'
                     ) from None
                 continue  # host name clash: draw another one
             raise KernelError.of(exc, "failed to make veth pair") from None
-        found = host.link_lookup(ifname=name)
-        if not found:
+        index = netlink.link_index(host, name)
+        if index is None:
             raise plugin_error(f"failed to make veth pair: {name} vanished after creation")
-        return name, found[0]
+        return name, index
     raise plugin_error("failed to make veth pair: no free host interface name after 10 tries")
 
 
@@ -178,27 +154,19 @@ def attach_host_end(ipr: Any, name: str, index: int, bridge_index: int, cfg: Bri
     up_now = not cfg.needs_vlan_filtering
     try:
         _ensure_accept_ra_off(name)
-        if up_now:
-            ipr.link("set", index=index, master=bridge_index, state="up")
-        else:
-            ipr.link("set", index=index, master=bridge_index)
+        ipr.rtnl.request(rtnl.RTM_NEWLINK, 0, wire.enslave(index, bridge_index, up_now))
     except failures() as exc:
         raise KernelError.of(exc, f'failed to connect "{name}" to bridge {cfg.bridge}') from None
     try:
-        port: dict[str, Any] = {}
-        if cfg.hairpin_mode:
-            port["mode"] = 1
-        if cfg.port_isolation:
-            port["isolated"] = 1
-        if port:
-            ipr.brport("set", index=index, **port)
+        if cfg.hairpin_mode or cfg.port_isolation:
+            ipr.rtnl.request(rtnl.RTM_NEWLINK, 0, wire.bridge_port(index, cfg.hairpin_mode, cfg.port_isolation))
     except failures() as exc:
         raise KernelError.of(exc, f"failed to setup hairpin mode for {name}") from None
     if up_now:
         return
     _set_port_vlans(ipr, name, index, cfg)
     try:
-        ipr.link("set", index=index, state="up")
+        ipr.rtnl.request(rtnl.RTM_NEWLINK, 0, rtnl.link_change(index, flags=rtnl.IFF_UP, change=rtnl.IFF_UP))
     except failures() as exc:
         raise KernelError.of(exc, f'failed to set "{name}" up') from None
 
@@ -218,7 +186,7 @@ def _set_port_vlans(ipr: Any, name: str, index: int, cfg: BridgeConfig) -> None:
         raise KernelError.of(exc, f'failed to setup vlan tag on interface "{name}"') from None
 
 
-def wait_port_up(ipr: Any, index: int) -> Any:
+def wait_port_up(ipr: Any, index: int) -> Link:
     """The bridge port must reach operstate UP (bounded poll, as the reference); returns the link.
 
     The first look is immediate and is normally already UP, so no sleep is taken; the returned
@@ -229,9 +197,9 @@ def wait_port_up(ipr: Any, index: int) -> Any:
         if delay:
             time.sleep(delay)
         link = get_link_by_index(ipr, index)
-        state = str(attr(link, "IFLA_OPERSTATE", "UNKNOWN")) if link is not None else "DOWN"
-        if state == "UP":
+        if link is not None and link.operstate == "UP":
             return link
+        state = link.operstate if link is not None else "DOWN"
     raise plugin_error(f"bridge port in error state: {state.lower()}")
 
 
@@ -266,11 +234,10 @@ def configure_pod(pod: Any, index: int, ifname: str, plan: L3Plan, cfg: BridgeCo
 
     for ip in plan.ips:
         iface = interface(ip.address)
-        kwargs: dict[str, Any] = {"index": index, "address": str(iface.ip), "prefixlen": iface.network.prefixlen}
-        if iface.version == 6 and not cfg.enable_dad:
-            kwargs["flags"] = IFA_F_NODAD
+        flags = IFA_F_NODAD if iface.version == 6 and not cfg.enable_dad else 0
         try:
-            pod.addr("add", **kwargs)
+            pod.rtnl.request(wire.RTM_NEWADDR, rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL,
+                             wire.new_address(index, str(iface.ip), iface.network.prefixlen, flags))
         except failures() as exc:
             raise KernelError.of(exc, f'failed to add IP addr {ip.address} to "{ifname}"') from None
     set_up(pod, index, ifname)
@@ -282,7 +249,7 @@ def configure_pod(pod: Any, index: int, ifname: str, plan: L3Plan, cfg: BridgeCo
 
 def set_up(ipr: Any, index: int, ifname: str) -> None:
     try:
-        ipr.link("set", index=index, state="up")
+        ipr.rtnl.request(rtnl.RTM_NEWLINK, 0, rtnl.link_change(index, flags=rtnl.IFF_UP, change=rtnl.IFF_UP))
     except failures() as exc:
         raise KernelError.of(exc, f'failed to set "{ifname}" UP') from None
 
@@ -310,7 +277,7 @@ def _wait_not_tentative(pod: Any, index: int, ifname: str, timeout: float = 5.0)
             return
         if time.monotonic() >= deadline:
             link = get_link_by_index(pod, index)
-            if link is not None and attr(link, "IFLA_OPERSTATE") != "UP":
+            if link is not None and link.operstate != "UP":
                 return
             raise plugin_error(
                 f'failed to settle addresses for "{ifname}": '
@@ -332,7 +299,11 @@ def add_route(pod: Any, index: int, ifname: str, route: PodRoute) -> None:
     elif not route.gw:
         kwargs["scope"] = 253  # link scope for a device route
     try:
-        pod.route("append", **kwargs)
+        if route.table is not None and route.table > 255:
+            pod.route("append", **kwargs)
+        else:
+            body = wire.new_route(route.dst, index, route.gw, route.priority, route.table, kwargs.get("scope", 0))
+            pod.rtnl.request(wire.RTM_NEWROUTE, rtnl.NLM_F_CREATE | wire.NLM_F_APPEND, body)
     except failures() as exc:
         if errno_of(exc) == errno.EEXIST:
             return
@@ -346,19 +317,21 @@ def add_route(pod: Any, index: int, ifname: str, route: PodRoute) -> None:
 def delete_pod_link(netns_path: str, ifname: str) -> bool:
     """Delete the container interface; False when netns or link is already gone.
 
-    One delete request by name (the kernel resolves it): a missing link is ENODEV, not a lookup
-    first.  Deleting a veth takes the kernel ~15-20 ms (RCU barriers) whatever we do.
+    One delete request by name (the kernel resolves it) on a plain rtnetlink socket in the pod
+    (common.rtnl: DEL needs nothing else of netlink, so it never loads pyroute2): a missing link
+    is ENODEV, not a lookup first.  Deleting a veth takes the kernel ~15-20 ms (RCU barriers)
+    whatever we do.
     """
-    from cnichain.common.netlink import session
+    from cnichain.common import rtnl
 
     if not os.path.exists(netns_path):
-        return False  # pod namespace already gone: so is its veth (no need to load pyroute2)
+        return False  # pod namespace already gone: so is its veth
     try:
-        with session(netns_path) as pod:
+        with netlink.route_socket(netns_path) as pod:
             try:
-                pod.link("del", ifname=ifname)
+                pod.request(rtnl.RTM_DELLINK, 0, rtnl.link_named(ifname))
             except failures() as exc:
-                if is_gone(exc):
+                if netlink.is_gone(exc):
                     return False
                 raise
             return True
@@ -368,7 +341,7 @@ def delete_pod_link(netns_path: str, ifname: str) -> bool:
 
 # -- gateway on the bridge -------------------------------------------------------------------------
 
-def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[str]) -> str:
+def ensure_bridge_addrs(ipr: Any, bridge: Link, cfg: BridgeConfig, addrs: list[str]) -> str:
     """Put each "gw/prefix" on the bridge, or on the ``<bridge>.<vlan>`` gateway device (the
     reference's ensureAddr), then pin that device's MAC.
 
@@ -379,14 +352,13 @@ def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[st
         return ""
     from .plan import interface
 
-    index = bridge["index"]
-    dev = attr(bridge, "IFLA_IFNAME") or cfg.bridge
+    index = bridge.index
+    dev = bridge.name or cfg.bridge
     for cidr in addrs:
         want = interface(cidr)
         family = 2 if want.version == 4 else 10
-        present = []
-        for msg in ipr.get_addr(family=family, index=index):
-            present.append(interface(f"{msg.get_attr('IFA_ADDRESS')}/{msg['prefixlen']}"))
+        listing = ipr.rtnl.dump(wire.RTM_GETADDR, wire.address_dump(family))
+        present = [interface(f"{address}/{prefixlen}") for address, prefixlen in wire.addresses(listing, index)]
         if want in present:
             continue
         for have in present:
@@ -398,28 +370,27 @@ def ensure_bridge_addrs(ipr: Any, bridge: Any, cfg: BridgeConfig, addrs: list[st
             try:
                 ipr.addr("del", index=index, address=str(have.ip), prefixlen=have.network.prefixlen)
             except failures() as exc:
-                if not is_gone(exc):
+                if not netlink.is_gone(exc):
                     raise KernelError.of(exc, f'could not remove IP address from "{dev}"') from None
-        kwargs: dict[str, Any] = {"index": index, "address": str(want.ip), "prefixlen": want.network.prefixlen}
-        if want.version == 6:
-            kwargs["flags"] = IFA_F_NODAD
         try:
-            ipr.addr("add", **kwargs)
+            ipr.rtnl.request(wire.RTM_NEWADDR, rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL,
+                             wire.new_address(index, str(want.ip), want.network.prefixlen,
+                                              IFA_F_NODAD if want.version == 6 else 0))
         except failures() as exc:
             if errno_of(exc) != errno.EEXIST:
                 raise KernelError.of(exc, f'could not add IP address {cidr} to "{dev}"') from None
     # Pin the MAC: otherwise the bridge takes the lowest port MAC and changes as ports churn.
     current = get_link_by_index(ipr, index)
-    mac = mac_of(current) if current is not None else ""
+    mac = current.mac if current is not None else ""
     if mac:
         try:
-            ipr.link("set", index=index, address=mac)
+            ipr.rtnl.request(rtnl.RTM_NEWLINK, 0, rtnl.link_change(index, mac=mac))
         except failures() as exc:
             raise KernelError.of(exc, "could not set bridge's mac") from None
     return mac
 
 
-def ensure_vlan_gateway(host: Any, bridge: Any, cfg: BridgeConfig) -> Any:
+def ensure_vlan_gateway(host: Any, bridge: Link, cfg: BridgeConfig) -> Link:
     """The reference's ensureVlanInterface: the ``<bridge>.<vlan>`` device that holds the gateway
     address when ``vlan`` and ``isGateway`` are both set, created once and shared by every pod of
     that VLAN (so DEL never removes it, as the reference does not).
@@ -436,7 +407,7 @@ def ensure_vlan_gateway(host: Any, bridge: Any, cfg: BridgeConfig) -> Any:
     for _ in range(VETH_NAME_TRIES):
         port = "veth" + os.urandom(4).hex()
         kwargs: dict[str, Any] = {"ifname": port, "kind": "veth", "peer": {"ifname": name}}
-        mtu = attr(bridge, "IFLA_MTU")
+        mtu = bridge.mtu
         if mtu:
             kwargs["mtu"] = mtu
             kwargs["peer"]["mtu"] = mtu
@@ -449,15 +420,15 @@ def ensure_vlan_gateway(host: Any, bridge: Any, cfg: BridgeConfig) -> Any:
                     return existing  # a concurrent ADD made it first
                 continue
             raise KernelError.of(exc, f'faild to create vlan gateway "{name}"') from None
-        found = host.link_lookup(ifname=port)
-        if not found:
+        port_index = netlink.link_index(host, port)
+        if port_index is None:
             raise plugin_error(f'faild to create vlan gateway "{name}": {port} vanished after creation')
-        attach_host_end(host, port, found[0], bridge["index"], port_cfg)
+        attach_host_end(host, port, port_index, bridge.index, port_cfg)
         link = get_link(host, name)
         if link is None:
             raise plugin_error(f'failed to lookup "{name}"')
         try:
-            host.link("set", index=link["index"], state="up")
+            host.link("set", index=link.index, state="up")
         except failures() as exc:
             raise KernelError.of(exc, f'failed to up "{name}"') from None
         return get_link(host, name) or link

@@ -39,11 +39,11 @@ def cmd_add(req: Request) -> Result:
     pod_fd = netns.open_netns(req.netns)  # a missing netns fails before anything is created
     host = pod = None
     try:
-        from cnichain.common.netlink import iproute
+        from cnichain.common.netlink import LazySession
 
         with Rollback() as undo:  # unwound before the sockets its undos use are closed
-            host = iproute()
-            pod = iproute(req.netns)
+            host = LazySession()  # pyroute2 only for the rarer paths (VLANs, DAD waits, ...)
+            pod = LazySession(req.netns)
             return _add(req, cfg, host, pod, pod_fd, undo)
     finally:
         for sock in (host, pod):
@@ -57,7 +57,7 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
     from .plan import plan_l3, result_dns
 
     bridge, created = kernel.ensure_bridge(host, cfg)
-    bridge_index = bridge["index"]
+    bridge_index = bridge.index
     if created:
         undo.push("remove new bridge", kernel.delete_bridge_if_unused, host, bridge_index)
     veth_name, veth_index = kernel.create_veth(host, pod, pod_fd, cfg, req.ifname)
@@ -69,8 +69,8 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
         from cnichain.common.errors import plugin_error
 
         raise plugin_error(f"failed to find container interface {req.ifname} after creating it")
-    container_index = container["index"]
-    container_mac = kernel.mac_of(container)
+    container_index = container.index
+    container_mac = container.mac
 
     if cfg.macspoofchk:
         undo.push("remove spoof check", firewall.remove_spoof_check, cfg.network, req.container_id, req.ifname)
@@ -89,7 +89,7 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
         if cfg.is_gateway and cfg.vlan_gateway:
             vlan_dev = kernel.ensure_vlan_gateway(host, bridge, cfg)
             vlan_mac = kernel.ensure_bridge_addrs(host, vlan_dev, cfg, plan.bridge_addrs)
-            vlan_interface = Interface(name=cfg.vlan_gateway, mac=vlan_mac or kernel.mac_of(vlan_dev))
+            vlan_interface = Interface(name=cfg.vlan_gateway, mac=vlan_mac or vlan_dev.mac)
             kernel.enable_forwarding(plan.families)
         elif cfg.is_gateway:
             bridge_mac = kernel.ensure_bridge_addrs(host, bridge, cfg, plan.bridge_addrs)
@@ -108,12 +108,12 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
         veth_now = kernel.wait_port_up(host, veth_index)
     if not bridge_mac:
         # Attaching a port can change an unpinned bridge's MAC: report the current one.
-        bridge_mac = kernel.mac_of(kernel.get_link_by_index(host, bridge_index) or bridge)
+        bridge_mac = (kernel.get_link_by_index(host, bridge_index) or bridge).mac
     if veth_now is None:
         veth_now = kernel.get_link_by_index(host, veth_index)
     result.interfaces = [
         Interface(name=cfg.bridge, mac=bridge_mac),
-        Interface(name=veth_name, mac=kernel.mac_of(veth_now) if veth_now is not None else ""),
+        Interface(name=veth_name, mac=veth_now.mac if veth_now is not None else ""),
         Interface(name=req.ifname, mac=container_mac, sandbox=req.netns),
     ]
     if vlan_interface is not None:

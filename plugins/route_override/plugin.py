@@ -58,7 +58,7 @@ def cmd_add(req: Request) -> Result:
 
     try:
         with netns.entered(req.netns):
-            with netlink.session() as ipr:
+            with netlink.route_socket() as ipr:
                 indexes = kernel.interface_indexes(ipr, targets)
                 present = kernel.list_routes(ipr)
                 by_index = {v: k for k, v in indexes.items()}
@@ -98,7 +98,7 @@ def cmd_check(req: Request) -> None:
     from . import kernel
 
     with netns.entered(req.netns):
-        with netlink.session() as ipr:
+        with netlink.route_socket() as ipr:
             indexes = kernel.interface_indexes(ipr, targets)
             present = kernel.list_routes(ipr)
     problems = check_problems(present, set(indexes.values()), prev, cfg)

@@ -1,8 +1,9 @@
 """Every write tuning makes: interface attributes over netlink, sysctls, the backup file.
 
-Link functions take an ``IPRoute`` opened by the caller with its thread inside the pod namespace;
-netlink (and so pyroute2) is loaded only when a link attribute is configured (ADD/CHECK) or a
-backup of link attributes exists (DEL), so sysctl-only configs never pay for it.  Sysctls are
+Link functions take a plain rtnetlink socket (common.netlink.route_socket) opened by the caller with
+its thread inside the pod namespace, and send ``ip link set``'s own requests on it; netlink is
+opened only when a link attribute is configured (ADD/CHECK) or a backup of link attributes exists
+(DEL), and pyroute2 is never loaded.  Sysctls are
 files under /proc/sys written with the thread inside the pod namespace.
 
 The backup file is written 0600 through a temporary file and a rename (its directory 0700), so a
@@ -42,18 +43,16 @@ def read(ipr: Any, ifname: str) -> Optional[LinkState]:
     """The interface's current attributes, or None when there is no such interface."""
     from cnichain.common import netlink  # contextlib: not for sysctl-only configs
 
-    index = netlink.link_index(ipr, ifname)
-    if index is None:
+    link = netlink.get_link(ipr, name=ifname)
+    if link is None:
         return None
-    msg = ipr.get_links(index)[0]
-    flags = int(msg["flags"])
     return LinkState(
-        index=index,
-        mac=str(msg.get("address") or "").lower(),
-        mtu=int(msg.get("mtu") or 0),
-        promisc=bool(flags & IFF_PROMISC),
-        allmulti=bool(flags & IFF_ALLMULTI),
-        txqlen=int(msg.get("txqlen") or 0),
+        index=link.index,
+        mac=link.mac.lower(),
+        mtu=link.mtu,
+        promisc=bool(link.flags & IFF_PROMISC),
+        allmulti=bool(link.flags & IFF_ALLMULTI),
+        txqlen=link.txqlen,
     )
 
 
@@ -64,29 +63,35 @@ def require(ipr: Any, ifname: str) -> LinkState:
     return state
 
 
-def _set(ipr: Any, what: str, ifname: str, **attrs: Any) -> None:
+def _set(ipr: Any, what: str, ifname: str, body: bytes) -> None:
+    from cnichain.common import rtnl
+
     with reported_as(f'failed to set {what} of "{ifname}"', go=False):
-        ipr.link("set", **attrs)
+        ipr.rtnl.request(rtnl.RTM_NEWLINK, 0, body)
 
 
 def _flag(ipr: Any, index: int, ifname: str, what: str, flag: int, on: bool) -> None:
-    _set(ipr, what, ifname, index=index, flags=flag if on else 0, change=flag)
+    from cnichain.common.rtnl import link_change
+
+    _set(ipr, what, ifname, link_change(index, flags=flag if on else 0, change=flag))
 
 
 def apply(ipr: Any, state: LinkState, ifname: str, changes: dict[str, Any]) -> None:
     """Apply ``changes`` (backup-file keys) in the reference's order: MAC, promisc, MTU, allmulti,
     txqueuelen.  Each attribute is set only if it differs, which keeps DEL and re-ADD cheap."""
+    from cnichain.common.rtnl import link_change
+
     idx = state.index
     if changes.get("mac") and str(changes["mac"]).lower() != state.mac:
-        _set(ipr, "MAC", ifname, index=idx, address=str(changes["mac"]).lower())
+        _set(ipr, "MAC", ifname, link_change(idx, mac=str(changes["mac"]).lower()))
     if changes.get("promisc") is not None and bool(changes["promisc"]) != state.promisc:
         _flag(ipr, idx, ifname, "promiscuous mode", IFF_PROMISC, bool(changes["promisc"]))
     if changes.get("mtu") and int(changes["mtu"]) != state.mtu:
-        _set(ipr, "MTU", ifname, index=idx, mtu=int(changes["mtu"]))
+        _set(ipr, "MTU", ifname, link_change(idx, mtu=int(changes["mtu"])))
     if changes.get("allmulti") is not None and bool(changes["allmulti"]) != state.allmulti:
         _flag(ipr, idx, ifname, "all-multicast mode", IFF_ALLMULTI, bool(changes["allmulti"]))
     if changes.get("txQLen") is not None and int(changes["txQLen"]) != state.txqlen:
-        _set(ipr, "tx queue length", ifname, index=idx, txqlen=int(changes["txQLen"]))
+        _set(ipr, "tx queue length", ifname, link_change(idx, txqlen=int(changes["txQLen"])))
 
 
 # -- sysctls ------------------------------------------------------------------------------------

@@ -64,7 +64,7 @@ def cmd_add(req: Request) -> Result:
         if wanted:
             from cnichain.common import netlink
 
-            with netlink.session() as ipr:
+            with netlink.route_socket() as ipr:
                 _apply(req, cfg, sysctls, wanted, ipr)
         else:
             _apply(req, cfg, sysctls, wanted, None)
@@ -174,7 +174,7 @@ def _restore(req: Request, data: dict) -> list[str]:
     if wanted:
         from cnichain.common import netlink
 
-        with netlink.session() as ipr:
+        with netlink.route_socket() as ipr:
             state = kernel.read(ipr, req.ifname)
             if state is not None:
                 try:
@@ -207,7 +207,7 @@ def cmd_check(req: Request) -> None:
             return None
         from cnichain.common import netlink
 
-        with netlink.session() as ipr:
+        with netlink.route_socket() as ipr:
             state = kernel.read(ipr, req.ifname)
     if state is None:
         raise plugin_error(f"Cannot find container link {req.ifname}")

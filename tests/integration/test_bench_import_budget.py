@@ -1,8 +1,9 @@
 """The lean cold paths that need a real namespace: no pyroute2 where no netlink is needed.
 
 Companion of tests/unit/test_import_budget.py for the paths a unit test cannot reach without root:
-tuning with only sysctls (ADD, CHECK, DEL in a real pod namespace) and portmap with port mappings
-(its nftables work, inside the lab's node namespace).
+tuning with only sysctls (ADD, CHECK, DEL in a real pod namespace), portmap with port mappings
+(its nftables work, inside the lab's node namespace), and the default chain's ADD and DEL, whose
+netlink goes over plain rtnetlink.
 """
 
 from __future__ import annotations
@@ -56,3 +57,37 @@ def test_portmap_with_mappings_never_loads_pyroute2(lab, plugin_dir):
         assert code == 0, out
         bad = offenders(mods, ALWAYS_FORBIDDEN + CONVENIENCE + ("pyroute2",))
         assert not bad, f"portmap {command} imported {bad}; {explain(mods)}"
+
+
+def test_the_default_chain_add_and_del_never_load_pyroute2(lab, plugin_dir, tmp_path):
+    """bridge (+host-local), bandwidth, tuning with a link attribute and route-override, ADD then DEL
+    in reverse, each exec as a runtime makes it: none of them imports pyroute2 (its plain-rtnetlink
+    path), so the cold chain pays no pyroute2 import."""
+    pod = lab.netns("pod")
+    prefix = ("ip", "netns", "exec", os.path.basename(lab.node))
+    confs = {
+        "bridge": {"type": "bridge", "bridge": "cnibudget0", "isGateway": True,
+                   "ipam": {"type": "host-local", "subnet": "10.9.7.0/24", "dataDir": str(tmp_path / "ipam")}},
+        "bandwidth": {"type": "bandwidth", "ingressRate": 8_000_000, "ingressBurst": 80_000,
+                      "egressRate": 8_000_000, "egressBurst": 80_000},
+        "tuning": {"type": "tuning", "mtu": 1400, "dataDir": str(tmp_path / "tuning")},
+        "route-override": {"type": "route-override", "addroutes": [{"dst": "10.99.0.0/16", "gw": "10.9.7.1"}]},
+    }
+    env = dict(_env("ADD", pod), CNI_PATH=plugin_dir)
+    prev = None
+    for name, extra in confs.items():  # ADD in chain order, each given the previous result
+        conf = {"cniVersion": "1.0.0", "name": "budget", **extra, **({"prevResult": prev} if prev else {})}
+        code, mods, out = imported_modules(os.path.join(plugin_dir, name), env, json.dumps(conf).encode(), prefix)
+        assert code == 0, f"{name} ADD: {out}"
+        bad = offenders(mods, ALWAYS_FORBIDDEN + ("pyroute2",))
+        assert not bad, f"{name} ADD imported {bad}; {explain(mods)}"
+        prev = json.loads(out)
+        confs[name] = conf
+    assert "10.99.0.0/16" in lab.run(pod, "ip", "route").stdout  # the chain really ran
+    for name in reversed(list(confs)):
+        conf = dict(confs[name], prevResult=prev)
+        code, mods, out = imported_modules(os.path.join(plugin_dir, name), dict(env, CNI_COMMAND="DEL"),
+                                           json.dumps(conf).encode(), prefix)
+        assert code == 0, f"{name} DEL: {out}"
+        bad = offenders(mods, ALWAYS_FORBIDDEN + ("pyroute2",))
+        assert not bad, f"{name} DEL imported {bad}; {explain(mods)}"

@@ -1,0 +1,148 @@
+"""The rtnetlink messages bandwidth sends and the answers it reads, packed with ``struct``.
+
+Pure: bytes in, bytes or values out (common.rtnl sends them).  The layouts are the kernel's tc ABI
+(``linux/pkt_sched.h``, ``linux/pkt_cls.h``, ``linux/tc_act/tc_mirred.h``) and the attribute order
+is the one ``tc`` and pyroute2 use, so the kernel builds exactly the same qdiscs and filter.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from cnichain.common.rtnl import HEADER, IFINFO, NLA_F_NESTED, U32, attrs, nested, nla, text
+
+from .plan import UINT32_MAX
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from typing import Optional
+
+    from .plan import TbfParams
+
+RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
+RTM_NEWTFILTER, RTM_GETTFILTER = 44, 46
+IFLA_IFNAME, IFLA_MTU, IFLA_TXQLEN, IFLA_LINKINFO, IFLA_IFALIAS = 3, 4, 13, 18, 20
+IFLA_INFO_KIND = 1
+IFF_UP = 0x1
+TCA_KIND, TCA_OPTIONS = 1, 2
+TCA_TBF_PARMS, TCA_TBF_RATE64 = 1, 4
+TCA_U32_CLASSID, TCA_U32_SEL, TCA_U32_ACT = 1, 5, 7
+TCA_ACT_KIND, TCA_ACT_OPTIONS = 1, 2
+TCA_MIRRED_PARMS = 2
+TC_ACT_STOLEN = 4
+TC_U32_TERMINAL = 1
+
+TCMSG = struct.Struct("=BxxxiIII")  # struct tcmsg: family, pad, ifindex, handle, parent, info
+# struct tc_tbf_qopt: two struct tc_ratespec (cell_log, linklayer, overhead, cell_align, mpu, rate),
+# then limit, buffer, mtu
+TBF_QOPT = struct.Struct("=BBHhHI BBHhHI III".replace(" ", ""))
+MIRRED = struct.Struct("=IIiiiiI")  # struct tc_mirred: tc_gen (index, capab, action, refcnt, bindcnt), eaction, ifindex
+U32_SEL = struct.Struct("=BBBxHHhhI")  # struct tc_u32_sel without keys: flags, offshift, nkeys, offmask, off, offoff, hoff, hmask
+U32_KEY = struct.Struct("=IIii")  # struct tc_u32_key: mask, val, off, offmask
+U64 = struct.Struct("=Q")
+
+
+def tcmsg(index: int, handle: int = 0, parent: int = 0, info: int = 0) -> bytes:
+    return TCMSG.pack(0, index, handle, parent, info)
+
+
+def _asciiz(value: str) -> bytes:
+    return value.encode() + b"\0"
+
+
+# -- requests ----------------------------------------------------------------------------------
+
+def new_ifb(name: str, mtu: int) -> bytes:
+    """RTM_NEWLINK body: an IFB named ``name``, ``mtu``, no transmit queue (still down)."""
+    return (IFINFO.pack(0, 0, 0, 0, 0) + nla(IFLA_IFNAME, _asciiz(name)) + nla(IFLA_MTU, U32.pack(mtu))
+            + nla(IFLA_TXQLEN, U32.pack(0)) + nested(IFLA_LINKINFO, nla(IFLA_INFO_KIND, b"ifb\0")))
+
+
+def link_up_with_alias(index: int, alias: str) -> bytes:
+    """RTM_NEWLINK body: link ``index`` up (IFF_UP in flags and change mask) with IFLA_IFALIAS."""
+    return IFINFO.pack(0, 0, index, IFF_UP, IFF_UP) + nla(IFLA_IFALIAS, _asciiz(alias))
+
+
+def link_index_only(index: int) -> bytes:
+    """RTM_DELLINK body."""
+    return IFINFO.pack(0, 0, index, 0, 0)
+
+
+def tbf(index: int, handle: int, parent: int, params: TbfParams) -> bytes:
+    """RTM_NEWQDISC body: a TBF with exactly ``params`` (TCA_TBF_RATE64 from 2^32 bytes/s)."""
+    parms = TBF_QOPT.pack(0, 0, 0, 0, 0, min(params.rate, UINT32_MAX), 0, 0, 0, 0, 0, 0,
+                          params.limit, params.buffer, 0)
+    options = nla(TCA_TBF_PARMS, parms)
+    if params.rate > UINT32_MAX:
+        options += nla(TCA_TBF_RATE64, U64.pack(params.rate))
+    return tcmsg(index, handle, parent) + nla(TCA_KIND, b"tbf\0") + nla(TCA_OPTIONS, options)
+
+
+def qdisc(index: int, handle: int, parent: int, kind: str = "") -> bytes:
+    """RTM_NEWQDISC / RTM_DELQDISC body for a qdisc without options (``ingress``, or a delete)."""
+    return tcmsg(index, handle, parent) + (nla(TCA_KIND, _asciiz(kind)) if kind else b"")
+
+
+def u32_redirect(index: int, parent: int, prio: int, protocol: int, flowid: int, target: int) -> bytes:
+    """RTM_NEWTFILTER body: a match-all u32 filter whose mirred action redirects to ``target``'s
+    egress (``tc filter add ... u32 match u32 0 0 flowid ... action mirred egress redirect``)."""
+    info = (prio << 16) | _htons(protocol)
+    mirred = MIRRED.pack(0, 0, TC_ACT_STOLEN, 0, 0, MIRRED_EGRESS_REDIRECT, target)
+    action = nested(1, nla(TCA_ACT_KIND, b"mirred\0"), nla(TCA_ACT_OPTIONS | NLA_F_NESTED, nla(TCA_MIRRED_PARMS, mirred)))
+    selector = U32_SEL.pack(TC_U32_TERMINAL, 0, 1, 0, 0, 0, 0, 0) + U32_KEY.pack(0, 0, 0, 0)
+    options = nested(TCA_U32_ACT, action) + nla(TCA_U32_CLASSID, U32.pack(flowid)) + nla(TCA_U32_SEL, selector)
+    return tcmsg(index, 0, parent, info) + nla(TCA_KIND, b"u32\0") + nla(TCA_OPTIONS, options)
+
+
+MIRRED_EGRESS_REDIRECT = 1
+
+
+def _htons(value: int) -> int:
+    return ((value & 0xFF) << 8) | ((value >> 8) & 0xFF)
+
+
+# -- answers -----------------------------------------------------------------------------------
+
+def tc_header(msg: bytes) -> tuple[int, int, int]:
+    """(ifindex, handle, parent) of an RTM_NEWQDISC / RTM_NEWTFILTER message."""
+    _family, index, handle, parent, _info = TCMSG.unpack_from(msg, HEADER.size)
+    return index, handle, parent
+
+
+def tc_attrs(msg: bytes) -> dict[int, bytes]:
+    return dict(attrs(msg, HEADER.size + TCMSG.size))
+
+
+def kind_of(found: dict[int, bytes]) -> str:
+    return text(found.get(TCA_KIND, b""))
+
+
+def tbf_params(found: dict[int, bytes]) -> Optional[tuple[int, int, int]]:
+    """(rate, buffer, limit) of a TBF qdisc's options (the 64-bit rate when present)."""
+    options = dict(attrs(found.get(TCA_OPTIONS, b""), 0))
+    parms = options.get(TCA_TBF_PARMS)
+    if parms is None or len(parms) < TBF_QOPT.size:
+        return None
+    fields = TBF_QOPT.unpack_from(parms)
+    rate, limit, buffer = fields[5], fields[12], fields[13]
+    rate64 = options.get(TCA_TBF_RATE64)
+    if rate64 is not None and len(rate64) >= U64.size and U64.unpack_from(rate64)[0]:
+        rate = U64.unpack_from(rate64)[0]
+    return rate, buffer, limit
+
+
+def mirred_redirects(found: dict[int, bytes]) -> list[int]:
+    """Ifindexes a u32 filter's mirred actions redirect to (egress redirect only)."""
+    out = []
+    options = dict(attrs(found.get(TCA_OPTIONS, b""), 0))
+    for _prio, action in attrs(options.get(TCA_U32_ACT, b""), 0):
+        parts = dict(attrs(action, 0))
+        if text(parts.get(TCA_ACT_KIND, b"")) != "mirred":
+            continue
+        parms = dict(attrs(parts.get(TCA_ACT_OPTIONS, b""), 0)).get(TCA_MIRRED_PARMS)
+        if parms is None or len(parms) < MIRRED.size:
+            continue
+        fields = MIRRED.unpack_from(parms)
+        if fields[5] == MIRRED_EGRESS_REDIRECT:
+            out.append(fields[6])
+    return out
