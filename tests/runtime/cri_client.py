@@ -12,35 +12,16 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Optional
 
 import grpc
 
-CALL_TIMEOUT = 120.0  # the kubelet's default runtime-request timeout is 2 minutes
-
-
-@dataclass
-class Port:
-    """One hostPort of a pod spec (``hostIP`` empty = every node address)."""
-
-    container_port: int
-    host_port: int
-    protocol: str = "TCP"
-    host_ip: str = ""
-
-
-@dataclass
-class PodSpec:
-    """The parts of a pod spec the kubelet passes to RunPodSandbox that matter to CNI."""
-
-    name: str
-    namespace: str = "default"
-    uid: str = field(default_factory=lambda: str(uuid.uuid4()))
-    ports: list[Port] = field(default_factory=list)
-    annotations: dict[str, str] = field(default_factory=dict)
+# The pod spec records are the shared CRI client's (the bench times pods with them too).
+from cnichain.tools.containerd_node.cri_pods import CALL_TIMEOUT
+from cnichain.tools.containerd_node.cri_pods import Pod as PodSpec
+from cnichain.tools.containerd_node.cri_pods import Port as Port
 
 
 @dataclass

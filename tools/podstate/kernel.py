@@ -22,19 +22,9 @@ from typing import Any, Optional
 
 from cnichain.common import netns as netns_mod
 
-
-@dataclass
-class PortMapping:
-    network: str
-    container_id: str
-    protocol: str
-    host_port: int
-    host_ip: str  # "" = every local address of the family
-    family: int
-    pod_ip: str
-    pod_port: int
-    conditions: str = ""
-    chain: str = ""
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from cnichain.plugins.portmap.listing import HeldMapping
 
 
 @dataclass
@@ -73,16 +63,12 @@ class _in_netns:
 # -- portmap ----------------------------------------------------------------------------------
 
 
-def portmap_mappings(node_netns: Optional[str]) -> list[PortMapping]:
+def portmap_mappings(node_netns: Optional[str]) -> list[HeldMapping]:
+    """portmap's DNAT rules as portmap itself reads them back (its own record, not a copy)."""
     from cnichain.plugins.portmap import kernel as portmap
 
     with _in_netns(node_netns):
-        held = portmap.listed_mappings()
-    return [PortMapping(
-        network=h.network, container_id=h.container_id, protocol=h.protocol, host_port=h.host_port,
-        host_ip=h.host_ip, family=h.family, pod_ip=h.pod_ip, pod_port=h.pod_port, conditions=h.conditions,
-        chain=h.chain,
-    ) for h in held]
+        return portmap.listed_mappings()
 
 
 # -- bridge masquerade ------------------------------------------------------------------------

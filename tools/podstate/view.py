@@ -19,6 +19,7 @@ from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR as HOST_LOCAL_DA
 from cnichain.plugins.tuning.config import DEFAULT_DATA_DIR as TUNING_DATA_DIR
 from cnichain.tools.podstate import cache as cache_mod
 from cnichain.tools.podstate import files, kernel
+from cnichain.plugins.portmap.listing import HeldMapping
 
 
 @dataclass
@@ -39,7 +40,7 @@ class ContainerView:
     container_id: str
     attachments: list[cache_mod.CacheEntry] = field(default_factory=list)
     reservations: list[files.Reservation] = field(default_factory=list)
-    port_mappings: list[kernel.PortMapping] = field(default_factory=list)
+    port_mappings: list[HeldMapping] = field(default_factory=list)
     shaping: list[dict] = field(default_factory=list)
     tuning_backups: list[files.TuningBackup] = field(default_factory=list)
     masquerade: list[kernel.Masquerade] = field(default_factory=list)
@@ -72,7 +73,7 @@ class ContainerView:
             "networks": sorted(self.networks),
             "attachments": attachments,
             "host_local": [asdict(r) for r in self.reservations],
-            "portmap": [asdict(m) for m in self.port_mappings],
+            "portmap": [{name: getattr(m, name) for name in m._fields} for m in self.port_mappings],
             "bandwidth": self.shaping,
             "tuning": [asdict(t) for t in self.tuning_backups],
             "masquerade": [asdict(m) for m in self.masquerade],
