@@ -40,13 +40,16 @@ from cnichain.agent.reconcile import repair, status
 from cnichain.agent.reconcile.attachments import Target, targets
 from cnichain.agent.reconcile.budget import Budget
 from cnichain.tools.podstate.sandboxes import NoSandboxes
+from cnichain.node.cri import SANDBOX_NOTREADY
 from cnichain.agent.reconcile.settings import ReconcileConfig
 
 CONFIRM_SECONDS = 0.5  # state must stay missing this long before a repair (a DEL in progress ends first)
-WATCH_SECONDS = 15.0
-DEL_TIMEOUT = 30.0  # per plugin exec of a collecting DEL: the loop repairs nothing meanwhile  # how long after a repair a vanished cache entry means "undo it"
+WATCH_SECONDS = 15.0  # how long after a repair a vanished cache entry means "undo it"
+DEL_TIMEOUT = 30.0  # per plugin exec of a collecting DEL: the loop repairs nothing meanwhile
 STALE_TMP_SECONDS = 3600.0  # a half-written cache file (a writer's crash) older than this is litter
+STATES_FRESH = 0.5  # seconds one ListPodSandbox answer serves the repairs that follow it
 OK, MISSING, NOT_OURS, BACKOFF, REPAIRED, FAILED = "ok", "missing", "not-ours", "backoff", "repaired", "failed"
+STOPPING = "stopping"
 
 
 @dataclass
@@ -85,6 +88,7 @@ class Reconciler:
         self.suspect: dict[str, float] = {}  # key -> when its state was first found missing
         self.retry_kinds: set[str] = set()  # kinds whose repair failed: the loop retries them soon
         self.runtime_listing = getattr(self.sandboxes, "description", "")
+        self._states: Optional[tuple[float, Optional[dict[str, int]]]] = None  # (when, sandbox states)
         self._load()
 
     @property
@@ -192,6 +196,9 @@ class Reconciler:
             self.retry_kinds |= rep.kinds
             return 0
         self.suspect.pop(key, None)
+        if self._stopping(t):
+            self._set(key, STOPPING, f"{missing} (the runtime lists its sandbox as not ready: it is being stopped)")
+            return 0
         if not self.acting:
             if self.health.get(key) != MISSING:
                 self.log(f"reconcile: would repair {rep.plugin_type} of {t.key}: {missing} (dry run)")
@@ -227,6 +234,20 @@ class Reconciler:
             self.log(f"reconcile: {rep.plugin_type} state of {t.key} was removed {self.cfg.max_repairs} times in "
                      f"{self.cfg.repair_window:.0f} s: something else keeps removing it; backing off")
         return 1
+
+    def _stopping(self, t: Target) -> bool:
+        """Whether the runtime lists ``t``'s sandbox as not ready: the pod is being stopped (its
+        DEL runs now or next), so what is missing is on its way out, not lost.  A runtime stops
+        the sandbox's processes before it tears the network down, and on a loaded node that DEL
+        can outlast the confirmation.  One listing serves every repair of a pass."""
+        states = getattr(self.sandboxes, "states", None)
+        if states is None:
+            return False
+        now = self.clock()
+        if self._states is None or now - self._states[0] > STATES_FRESH:
+            self._states = (now, states())
+        listing = self._states[1]
+        return listing is not None and listing.get(t.entry.container_id) == SANDBOX_NOTREADY
 
     def _set(self, key: str, state: str, detail: str) -> None:
         self.health[key] = state
