@@ -37,7 +37,7 @@ from cnichain.common.skel import Request
 
 from cnichain.agent.reconcile import netlink_events as ev
 from cnichain.agent.reconcile import repair, status
-from cnichain.agent.reconcile.attachments import Target, targets
+from cnichain.agent.reconcile.attachments import CacheReader, Target
 from cnichain.agent.reconcile.budget import Budget
 from cnichain.tools.podstate.sandboxes import NoSandboxes
 from cnichain.node.cri import SANDBOX_NOTREADY
@@ -76,6 +76,7 @@ class Reconciler:
         self.sandboxes = sandboxes if sandboxes is not None else NoSandboxes()
         self.clock, self.wall = clock, wall
         self.counters = status.Counters()
+        self.reader = CacheReader()
         self.budget = Budget(cfg.max_repairs, cfg.repair_window)
         self.owned: set[str] = set()  # "<network>/<cid>/<ifname>|<plugin>" seen installed
         self.health: dict[str, str] = {}  # same key -> OK, MISSING, ...
@@ -132,7 +133,7 @@ class Reconciler:
     # -- repair -----------------------------------------------------------------------------
     def repair_pass(self, kinds: frozenset[str] = ev.ALL) -> int:
         """Check (and repair) every live attachment's state of ``kinds``; the number repaired."""
-        found, _blind = targets(self.cfg.cache_dirs, self.cfg.in_scope)
+        found, _blind = self.reader.targets(self.cfg.cache_dirs, self.cfg.in_scope)
         self._forget_vanished(found)
         done = 0
         with ExitStack() as stack:
@@ -281,7 +282,7 @@ class Reconciler:
 
     # -- leaks and the cache ------------------------------------------------------------------
     def collect_pass(self) -> None:
-        found, blind = targets(self.cfg.cache_dirs, self.cfg.in_scope)
+        found, blind = self.reader.targets(self.cfg.cache_dirs, self.cfg.in_scope)
         entries: list[tuple[CacheEntry, Optional[Target]]] = [(t.entry, t) for t in found]
         entries += [(e, None) for e in blind]
         listed = self.sandboxes.listed() if hasattr(self.sandboxes, "listed") else None
