@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 
 from cnichain.tools.podstate import gc as gc_mod
 from cnichain.tools.podstate.cache import CacheEntry
-from cnichain.tools.podstate.view import stale_reason
+from cnichain.tools.podstate.view import pools_of, stale_reason
 from cnichain.common.errors import CniError
 from cnichain.common.skel import Request
 
@@ -46,6 +46,7 @@ from cnichain.agent.reconcile.settings import ReconcileConfig
 CONFIRM_SECONDS = 0.5  # state must stay missing this long before a repair (a DEL in progress ends first)
 WATCH_SECONDS = 15.0  # how long after a repair a vanished cache entry means "undo it"
 DEL_TIMEOUT = 30.0  # per plugin exec of a collecting DEL: the loop repairs nothing meanwhile
+POOLS_EVERY = 30.0  # seconds between readings of host-local's stores (every reservation file)
 STALE_TMP_SECONDS = 3600.0  # a half-written cache file (a writer's crash) older than this is litter
 STATES_FRESH = 0.5  # seconds one ListPodSandbox answer serves the repairs that follow it
 OK, MISSING, NOT_OURS, BACKOFF, REPAIRED, FAILED = "ok", "missing", "not-ours", "backoff", "repaired", "failed"
@@ -86,6 +87,8 @@ class Reconciler:
         self.leaks: dict[str, str] = {}  # attachment key -> its state as a leak candidate
         self.retry_at: dict[str, float] = {}  # attachment key -> next teardown attempt (after a failure)
         self.stale: list[dict] = []
+        self.pools: list[dict] = []  # host-local range sets: network, range_set, capacity, reserved, free
+        self.pools_due = float("-inf")
         self.suspect: dict[str, float] = {}  # key -> when its state was first found missing
         self.retry_kinds: set[str] = set()  # kinds whose repair failed: the loop retries them soon
         self.runtime_listing = getattr(self.sandboxes, "description", "")
@@ -121,6 +124,7 @@ class Reconciler:
             "counters": status.as_dict(self.counters), "attachments": attachments, "stale_cache": self.stale,
             "owned": sorted(self.owned), "gone_since": self.gone_since,
             "backing_off": sorted(k for k in self.health if self.budget.blocked(k, self.clock())),
+            "pools": self.pools,
         }
 
     def save(self) -> None:
@@ -381,6 +385,19 @@ class Reconciler:
                 except OSError:
                     continue
 
+    # -- range exhaustion ---------------------------------------------------------------------
+    def read_pools(self, force: bool = False) -> None:
+        """Capacity and reservations of each host-local range set of the networks in the caches,
+        from host-local's own store and config parser (what ``cnichain inspect`` reports): a
+        full range fails the next ADD, not the node, so STATUS does not say it; a gauge does.
+        It reads every reservation file, so at most every :data:`POOLS_EVERY` seconds."""
+        now = self.clock()
+        if not force and now < self.pools_due:
+            return
+        self.pools_due = now + POOLS_EVERY
+        found, blind = self.reader.targets(self.cfg.cache_dirs, self.cfg.in_scope)
+        self.pools = [p.to_dict() for p in pools_of([t.entry for t in found] + blind)]
+
     # -- the sweep ----------------------------------------------------------------------------
     def sweep(self) -> None:
         started = time.perf_counter()
@@ -392,6 +409,10 @@ class Reconciler:
             self.collect_pass()
         except Exception as exc:  # noqa: BLE001
             self.log(f"reconcile: collection pass failed: {exc!r}")
+        try:
+            self.read_pools()
+        except Exception as exc:  # noqa: BLE001
+            self.log(f"reconcile: reading host-local's stores failed: {exc!r}")
         self.counters.sweeps += 1
         self.counters.sweep_seconds = time.perf_counter() - started
         self.counters.last_sweep = self.wall()

@@ -157,6 +157,8 @@ def test_flushed_ruleset_and_deleted_qdiscs_come_back_from_the_plugins_own_state
         assert 'cnichain_agent_reconcile_repairs_total{plugin="bandwidth",outcome="ok"} 2' in metrics
         assert "cnichain_agent_reconcile_sweeps_total 1\n" in metrics  # only the first sweep: the events did it
         assert "cnichain_agent_reconciler_up 1" in metrics
+        # host-local's own store: a /24 less the gateway, one pod.
+        assert 'cnichain_agent_ipam_free_addresses{network="rcnet",range_set="10.78.0.1-10.78.0.254"} 252' in metrics
         with open(agent.log_path) as fh:
             log = fh.read()
         assert "reconcile: repaired portmap of rcnet/ctr-pod/eth0" in log
