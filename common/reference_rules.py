@@ -24,7 +24,7 @@ Shared chains and tables (``CNI-HOSTPORT-*``, ``cni_hostport``'s base chains) st
 reference leaves them: other containers' rules may still use them.  :func:`plan` is pure;
 :func:`remove` lists and applies through :mod:`.nft` (the node's libnftables, no ``iptables``
 process and no shell).  Rules of iptables-legacy (x_tables) are invisible to nftables and out of
-reach here; the README says so.
+reach here; docs/operating.md says so.
 """
 
 from __future__ import annotations

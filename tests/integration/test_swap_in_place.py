@@ -144,7 +144,7 @@ def test_reference_pods_are_torn_down_by_our_del(lab, client, make_runtime, plug
 def test_the_way_back_as_far_as_the_reference_goes(lab, client, make_runtime, plugin_dir, any_reference):
     """Our pod, torn down by the reference after a swap back: links, reservations, the IFB and
     tuning's backup go (shared names and formats); our nftables tables stay until an operator
-    deletes them (README), since the reference does not know them.  With ``ipMasq`` the
+    deletes them (docs/operating.md), since the reference does not know them.  With ``ipMasq`` the
     reference's bridge DEL fails on a pod it did not masquerade itself (its iptables teardown
     takes the missing ``CNI-<hash>`` chain for an error), so such pods are deleted before going back."""
     _version, ref_dir = any_reference
@@ -170,5 +170,5 @@ def test_the_way_back_as_far_as_the_reference_goes(lab, client, make_runtime, pl
     tables = lab.run(lab.node, "nft", "list", "tables").stdout
     assert f"inet {names.TABLE}" in tables  # documented: ours stay
     for family, table in (("inet", names.TABLE), ("inet", MASQ_TABLE), ("bridge", SPOOF_TABLE)):
-        lab.run(lab.node, "nft", "delete", "table", family, table, check=False)  # the README's step
+        lab.run(lab.node, "nft", "delete", "table", family, table, check=False)  # the step docs/operating.md gives
     assert traces_of(lab, "ourpod") == [] and traces_of(lab, "masqpod") == []
