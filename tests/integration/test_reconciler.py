@@ -33,11 +33,11 @@ NODE4, CLIENT4 = "192.168.77.1", "192.168.77.2"
 LIMITS = {"ingressRate": 80_000_000, "ingressBurst": 800_000, "egressRate": 80_000_000, "egressBurst": 800_000}
 
 
-def conflist(lab, name: str = "rcnet") -> ConfList:
+def conflist(lab, name: str = "rcnet", macspoofchk: bool = False) -> ConfList:
     data = {
         "cniVersion": "1.0.0", "name": name,
         "plugins": [
-            {"type": "bridge", "bridge": "rc0", "isGateway": True, "ipMasq": True,
+            {"type": "bridge", "bridge": "rc0", "isGateway": True, "ipMasq": True, "macspoofchk": macspoofchk,
              "ipam": {"type": "host-local", "subnet": "10.78.0.0/24", "routes": [{"dst": "0.0.0.0/0"}]}},
             {"type": "portmap", "capabilities": {"portMappings": True}},
             {"type": "bandwidth", "capabilities": {"bandwidth": True}},
@@ -260,6 +260,35 @@ def test_with_the_agent_gone_the_reconciler_is_gone_and_plugins_work_as_before(n
     _pod2, att2, _ = node.pod("pod2", 8087)
     assert node.fetch(8087) == "pod2"
     node.runtime.delete(node.conf, att2)
+
+
+def spoof_rules(lab) -> str:
+    return lab.run(lab.node, "nft", "list", "table", "bridge", "cnichain_macspoof", check=False).stdout
+
+
+def test_a_flushed_mac_spoof_check_comes_back_and_drops_a_changed_mac_again(node, lab):
+    node.conf = conflist(lab, macspoofchk=True)
+    pod, att, result = node.pod("pod", 8090)
+    veth = host_veth(result)
+    mac = next(i["mac"] for i in result["interfaces"] if i.get("sandbox"))
+    assert veth in spoof_rules(lab) and mac in spoof_rules(lab)
+    with node.agent("--sweep-interval", "600", "--grace", "600") as agent:
+        wait_for("the first sweep", lambda: all_ok(node, att))
+        lab.run(lab.node, "nft", "flush", "ruleset")
+        assert "cnichain_macspoof" not in lab.run(lab.node, "nft", "list", "tables").stdout
+        wait_for("the spoof check to return", lambda: veth in spoof_rules(lab) and mac in spoof_rules(lab))
+        wait_for("the hostPort to answer again", lambda: node.fetch(8090) == "pod", timeout=15)
+        # Real frames: the pod takes another MAC and the node forgets the old one; the pod's
+        # answers now carry a source MAC the repaired rule drops.
+        lab.run(pod, "ip", "link", "set", "eth0", "address", "02:00:00:00:be:ef")
+        lab.run(lab.node, "ip", "neigh", "flush", "dev", "rc0")
+        assert node.fetch(8090) == ""
+        lab.run(pod, "ip", "link", "set", "eth0", "address", mac)
+        lab.run(lab.node, "ip", "neigh", "flush", "dev", "rc0")
+        assert wait_for("the pod's own MAC to pass again", lambda: node.fetch(8090) == "pod", timeout=15)
+        wait_for("the repair to be counted", lambda: 'plugin="bridge",outcome="ok"} 1' in agent.metrics())
+    node.runtime.delete(node.conf, att)
+    assert veth not in spoof_rules(lab)
 
 
 # -- conntrack: the plugin's own job at ADD and DEL, agent or not ------------------------------------

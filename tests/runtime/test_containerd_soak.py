@@ -61,6 +61,7 @@ def metric(text: str, name: str) -> str:
     return ""
 
 
+@pytest.mark.timeout(int(SECONDS) + 900)  # the churn, then at most the bounded waits that follow it
 @pytest.mark.parametrize("containerd_release", [CONTAINERD_21], indirect=True, ids=[CONTAINERD_21.label])
 def test_pod_churn_under_ruleset_flushes_ends_with_no_leak_and_no_failed_pod(cri_node: CriNode) -> None:
     cri, node = cri_node.cri, cri_node.node
