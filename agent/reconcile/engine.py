@@ -8,9 +8,10 @@ is missing *and this reconciler has seen that plugin's state installed for this 
 plugin's own repair (:mod:`.repair`).  The "seen installed" rule is what keeps us off state we do
 not own: a conflist that names ``portmap`` run by another implementation never passes our check,
 so it is never "repaired" into a second set of rules.  Just before repairing, the cache entry must
-still be there, unchanged, and the namespace must still exist; for a while after, the entry is
-watched, and if the runtime's DEL removes it meanwhile (a DEL runs the chain in reverse and drops
-the cache last), what the repair put back is removed again.  Repeated removal backs off
+still be there, unchanged, the namespace must still exist, and the runtime must not list the
+sandbox as not ready (it is stopping the pod: its DEL runs now or next); for a while after, the
+entry is watched, and if the runtime's DEL removes it meanwhile (a DEL runs the chain in reverse
+and drops the cache last), what the repair put back is removed again.  Repeated removal backs off
 (:mod:`.budget`).
 
 **Leaks**: an attachment whose cached namespace is gone, that the runtime does not list
