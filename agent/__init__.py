@@ -22,7 +22,7 @@ The modules, one job each (pure ones marked):
 
 ``protocol``   (pure) frames out of a buffer, REQUEST validation, the agent's own reply frames
 ``metrics``    (pure) counters, histograms, the Prometheus text and its HTTP response
-``config``     settings, limits and the argparse command line
+``config``     settings, limits and the command line (the one declaration of the agent's options)
 ``peer``       caller credentials, its namespaces, and entering them
 ``sockets``    listening sockets set up safely; send-and-forget writes
 ``activation`` listening sockets passed by systemd (socket activation, sd_listen_fds semantics)
@@ -38,10 +38,11 @@ The modules, one job each (pure ones marked):
 ``inflight``   a request's worker from GO to its DONE or death: start, finish, answer for it, kill
 ``pool_keeper`` the agent's workers: take (or fork at once), "ready"/DONE/exits, sizing, close
 ``server``     the event loop: register, dispatch, signals, drain, the deadline sweep
-``control``    start/stop an agent process, fetch its metrics (tests, bench, operators)
+``control``    start/stop an agent process, fetch its metrics, ``status`` (tests, bench, operators)
 
-This package must stay importable without typer: ``cnichain agent`` (cli/app.py) is a thin wrapper
-over :func:`serve`, and benchmarks use :func:`running_agent`.
+This package must stay importable without typer: ``cnichain agent`` (cli/app.py) hands its
+arguments to :func:`main`, whose command line :mod:`config` declares, and benchmarks use
+:func:`running_agent`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The agent's settings: one dataclass, its defaults and limits, and the command line that fills it.
 
-``cnichain agent`` (cli/app.py, typer) and ``python -m cnichain.agent`` (argparse, no typer:
-what :func:`cnichain.agent.control.agent_command` starts) both end in an :class:`AgentConfig`.
+:func:`parser` is the only declaration of the agent's options (the reconciler's come from
+:func:`cnichain.agent.reconcile.settings.add_arguments`): ``python -m cnichain.agent`` (what
+:func:`cnichain.agent.control.agent_command` starts) and ``cnichain agent``, which hands its
+arguments over untouched, both parse argv with it into an :class:`AgentConfig`.
 """
 
 from __future__ import annotations
@@ -49,26 +51,45 @@ class AgentConfig:
         return self.drain_timeout if self.drain_timeout is not None else self.request_timeout + KILL_GRACE
 
 
-def parse_args(argv: Optional[list[str]] = None) -> AgentConfig:
-    p = argparse.ArgumentParser(prog="cnichain agent", description="Serve CNI plugin requests warm (see agent/).")
-    p.add_argument("--socket", default=os.environ.get(shim.ENV_SOCKET) or shim.DEFAULT_SOCKET)
-    p.add_argument("--metrics-socket", default=None, help='default "<socket>.metrics"; "" disables')
-    p.add_argument("--metrics-port", type=int, default=0, help="also serve metrics on 127.0.0.1:PORT")
-    p.add_argument("--request-timeout", type=float, default=60.0)
-    p.add_argument("--max-workers", type=int, default=64)
-    p.add_argument("--pool", type=int, default=6, metavar="N",
-                   help="long-lived workers kept ready at least; more stay after a burst (0 = none ahead of demand)")
-    p.add_argument("--worker-requests", type=int, default=1000, metavar="N",
-                   help="a worker retires after N requests (1 = a fresh process for every request)")
-    p.add_argument("--worker-rss-growth", type=int, default=64, metavar="MiB",
-                   help="a worker retires when its resident memory grew by more than this (0 = never)")
-    p.add_argument("--drain-timeout", type=float, default=None)
-    p.add_argument("--log-file", default=None)
+STATUS_USAGE = "cnichain agent status [--socket PATH] [--json]: the reconciler's view of a running agent"
+
+
+def parser() -> argparse.ArgumentParser:
+    """The agent's command line (``--help`` of ``cnichain agent`` is this parser's)."""
+    p = argparse.ArgumentParser(
+        prog="cnichain agent", epilog=STATUS_USAGE,
+        description="Run the node agent in the foreground: warm plugin handlers behind the installed shims, "
+                    "plus the node's reconciler.")
+    p.add_argument("--socket", default=os.environ.get(shim.ENV_SOCKET) or shim.DEFAULT_SOCKET, metavar="PATH",
+                   help=f"unix socket the plugin shims connect to (default ${shim.ENV_SOCKET}, else %(default)s)")
+    p.add_argument("--metrics-socket", default=None, metavar="PATH",
+                   help='Prometheus endpoint (HTTP on a unix socket); default "<socket>.metrics", "" disables')
+    p.add_argument("--metrics-port", type=int, default=0, metavar="PORT",
+                   help="also serve /metrics on 127.0.0.1:PORT (opt-in)")
+    p.add_argument("--request-timeout", type=float, default=AgentConfig.request_timeout, metavar="SECONDS",
+                   help="seconds before a request's worker is killed")
+    p.add_argument("--max-workers", type=int, default=AgentConfig.max_workers, metavar="N",
+                   help="concurrent requests; more are sent back to the cold path")
+    p.add_argument("--pool", type=int, default=AgentConfig.pool_size, metavar="N",
+                   help="long-lived workers kept ready at least; more stay after a burst (0: none ahead of demand)")
+    p.add_argument("--worker-requests", type=int, default=AgentConfig.worker_requests, metavar="N",
+                   help="a worker retires after N requests (1: a fresh process for every request)")
+    p.add_argument("--worker-rss-growth", type=int, default=AgentConfig.worker_rss_growth >> 20, metavar="MiB",
+                   help="a worker retires when its resident memory grew by more than this (0: never)")
+    p.add_argument("--drain-timeout", type=float, default=None, metavar="SECONDS",
+                   help="how long a drain waits for running workers (default: request timeout + grace)")
+    p.add_argument("--log-file", default=None, metavar="PATH", help="request log (default: stderr)")
     p.add_argument("--exec-delegates", action="store_true",
                    help="exec IPAM delegates even when they are our own launchers (default: fork them)")
     p.add_argument("--plugin", action="append", default=[], metavar="TYPE=MODULE",
                    help="also serve a plugin from a module exposing PLUGIN (repeatable)")
     add_arguments(p)
+    return p
+
+
+def parse_args(argv: Optional[list[str]] = None) -> AgentConfig:
+    """An :class:`AgentConfig` from ``argv``; a wrong value exits 2 with the usage line."""
+    p = parser()
     ns = p.parse_args(argv)
     extra = {}
     for item in ns.plugin:

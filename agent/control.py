@@ -2,7 +2,8 @@
 
 :func:`running_agent` starts an agent process with this installation's interpreter
 and import roots, waits until *its* socket answers (a new inode at the path, not a stale file or a
-previous agent), and drains it on exit.  :func:`fetch_metrics` is ``curl --unix-socket`` in Python.
+previous agent), and drains it on exit.  :func:`fetch_metrics` is ``curl --unix-socket`` in Python;
+:func:`status_main` is ``cnichain agent status``, the reconciler's view of a running agent.
 """
 
 from __future__ import annotations
@@ -134,3 +135,27 @@ def fetch_metrics(path: str, timeout: float = 5.0) -> str:
     finally:
         sock.close()
     return parse_http_response(b"".join(chunks))
+
+
+def status_main(argv: Optional[list[str]] = None) -> int:
+    """``cnichain agent status``: print the reconciler's view; 1 when there is none."""
+    import argparse
+    import json
+
+    from cnichain.agent.reconcile import status as rstatus
+    from cnichain.agent.reconcile.settings import status_path
+    from cnichain.common import shim
+
+    p = argparse.ArgumentParser(prog="cnichain agent status", description="The reconciler's view: mode, last sweep, "
+                                "counters, each attachment's state, leaks and stale cache entries.")
+    p.add_argument("--socket", default=os.environ.get(shim.ENV_SOCKET) or shim.DEFAULT_SOCKET, metavar="PATH",
+                   help="the agent's socket")
+    p.add_argument("--json", action="store_true", help="the reconciler's whole view as JSON")
+    ns = p.parse_args(argv)
+    path = status_path(ns.socket)
+    doc = rstatus.read(path)
+    if doc is None:
+        print(f"error: no reconciler status at {path} (agent not running, or --reconcile off)", file=sys.stderr)
+        return 1
+    print(json.dumps(doc, indent=2, sort_keys=True) if ns.json else rstatus.render_text(doc))
+    return 0

@@ -22,12 +22,13 @@ import os
 import selectors
 import signal
 import socket
+import sys
 import time
 from types import FrameType
 from typing import Any, Optional
 
 from cnichain.agent import activation, events, peer, sockets
-from cnichain.agent.config import AgentConfig
+from cnichain.agent.config import AgentConfig, parse_args
 from cnichain.agent.connection import CNI, METRICS, Conn
 from cnichain.agent.handshake import Handshake
 from cnichain.agent.inflight import InFlight
@@ -309,7 +310,10 @@ def run(config: AgentConfig) -> int:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """``python -m cnichain.agent [options]``: the agent without typer."""
-    from cnichain.agent.config import parse_args
+    """``cnichain agent [options]`` (= ``python -m cnichain.agent``): serve; ``... status [options]``: its view."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["status"]:
+        from cnichain.agent.control import status_main
 
-    return run(parse_args(argv))
+        return status_main(args[1:])
+    return run(parse_args(args))

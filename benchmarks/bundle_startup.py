@@ -18,13 +18,13 @@ import io
 import json
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tarfile
 import tempfile
 import time
 from typing import Callable
+
+from cnichain.benchmarks.measure import median, p95, timed_exec
 
 CLONE_NEWNS, MS_BIND, MS_REC, MS_PRIVATE = 0x00020000, 4096, 16384, 1 << 18
 
@@ -54,17 +54,10 @@ def gz_size(path: str) -> int:
 
 def timed(argv: list[str], env: dict, stdin: bytes) -> tuple[float, float]:
     """(wall ms, child CPU ms) of one exec; CPU time is the steadier one on a busy machine."""
-    import resource
-
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    proc = subprocess.run(argv, input=stdin, env=env, capture_output=True, timeout=60)
-    elapsed = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{argv[0]} failed: {proc.stdout!r} {proc.stderr!r}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return elapsed * 1000, cpu * 1000
+    run = timed_exec(argv, env, stdin)
+    if run.returncode != 0:
+        raise RuntimeError(f"{argv[0]} failed: {run.stdout!r} {run.stderr!r}")
+    return run.seconds * 1000, run.cpu_seconds * 1000
 
 
 def main() -> int:
@@ -100,12 +93,12 @@ def main() -> int:
         for plugin, label, _, _ in cases:
             v = [w for w, _ in samples[(plugin, label, "venv")]]
             b = [w for w, _ in samples[(plugin, label, "bundle")]]
-            cv = statistics.median(c for _, c in samples[(plugin, label, "venv")])
-            cb = statistics.median(c for _, c in samples[(plugin, label, "bundle")])
-            mv, mb = statistics.median(v), statistics.median(b)
+            cv = median(c for _, c in samples[(plugin, label, "venv")])
+            cb = median(c for _, c in samples[(plugin, label, "bundle")])
+            mv, mb = median(v), median(b)
             rows.append({"plugin": plugin, "command": label, "venv_median_ms": round(mv, 2), "bundle_median_ms": round(mb, 2),
-                         "venv_p95_ms": round(statistics.quantiles(v, n=20)[-1], 2),
-                         "bundle_p95_ms": round(statistics.quantiles(b, n=20)[-1], 2), "ratio": round(mb / mv, 3),
+                         "venv_p95_ms": round(p95(v), 2),
+                         "bundle_p95_ms": round(p95(b), 2), "ratio": round(mb / mv, 3),
                          "venv_cpu_ms": round(cv, 2), "bundle_cpu_ms": round(cb, 2), "cpu_ratio": round(cb / cv, 3) if cv else None})
         result = {"tree_bytes": report.size_bytes, "tree_files": report.files, "tree_gz_bytes": gz_size(report.tree),
                   "build_seconds": round(report.seconds, 1), "runs": ns.runs, "rows": rows,

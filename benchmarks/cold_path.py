@@ -15,12 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
+from cnichain.benchmarks.measure import Exec, median, timed_exec
 from cnichain.plugins import registry
 
 
@@ -56,15 +54,12 @@ def argv_of(launcher: str) -> list[str]:
     return first[2:].split() + [launcher] if first.startswith("#!") else [launcher]
 
 
-def run(argv: list[str], env: dict, stdin: bytes) -> tuple[float, subprocess.CompletedProcess]:
-    full = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **env}
-    started = time.perf_counter()
-    proc = subprocess.run(argv, input=stdin, env=full, capture_output=True, timeout=60)
-    return time.perf_counter() - started, proc
+def run(argv: list[str], env: dict, stdin: bytes) -> Exec:
+    return timed_exec(argv, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **env}, stdin)
 
 
 def importtime(argv: list[str], env: dict, stdin: bytes) -> list[tuple[str, int, int]]:
-    _, proc = run(argv[:-1] + ["-X", "importtime", argv[-1]], env, stdin)
+    proc = run(argv[:-1] + ["-X", "importtime", argv[-1]], env, stdin)
     rows = []
     for line in proc.stderr.decode("utf-8", "replace").splitlines():
         if line.startswith("import time:") and "|" in line:
@@ -89,17 +84,16 @@ def main() -> int:
         floor_argv = [sys.executable, "-I", "-S", "-c", "pass"]
         times: dict[str, list[float]] = {"floor": []}
         for _ in range(a.runs):
-            times["floor"].append(run(floor_argv, {}, b"")[0])
+            times["floor"].append(run(floor_argv, {}, b"").seconds)
             for t, lbl, env, stdin in cases:
-                wall, proc = run(argv_of(os.path.join(bindir, t)), env, stdin)
-                times.setdefault(f"{t} {lbl}", []).append(wall)
-        floor = statistics.median(times["floor"]) * 1000
+                times.setdefault(f"{t} {lbl}", []).append(run(argv_of(os.path.join(bindir, t)), env, stdin).seconds)
+        floor = median(times["floor"]) * 1000
         report: dict = {"floor_ms": floor, "cases": {}}
         print(f"bare interpreter (python -I -S -c pass): {floor:.1f} ms median of {a.runs}\n")
         print(f"{'plugin command':<36}{'median ms':>10}{'x floor':>9}  heaviest imports (cumulative ms under -X importtime)")
         for t, lbl, env, stdin in cases:
             key = f"{t} {lbl}"
-            med = statistics.median(times[key]) * 1000
+            med = median(times[key]) * 1000
             rows = importtime(argv_of(os.path.join(bindir, t)), env, stdin)
             top_level = [(n.strip(), c) for n, s, c in rows if not n.startswith("  ")]
             top_level.sort(key=lambda r: -r[1])

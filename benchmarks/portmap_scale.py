@@ -22,17 +22,15 @@ import argparse
 import hashlib
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)  # the checkout: cnichain/ links to the top-level packages
 
+from cnichain.benchmarks.measure import timed_exec, trimmed_mean  # noqa: E402
 from cnichain.node import install  # noqa: E402
 from cnichain.tools.lab import Lab  # noqa: E402
 from cnichain.common import netns  # noqa: E402
@@ -63,12 +61,10 @@ def conf(i: int, with_mappings: bool = True) -> dict:
 def exec_plugin(binary: str, command: str, cid: str, stdin: dict, bin_dir: str) -> float:
     env = {"CNI_COMMAND": command, "CNI_CONTAINERID": cid, "CNI_NETNS": f"/var/run/netns/{cid}",
            "CNI_IFNAME": "eth0", "CNI_PATH": bin_dir, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-    started = time.perf_counter()
-    proc = subprocess.run([binary], input=json.dumps(stdin).encode(), env=env, capture_output=True, check=False)
-    elapsed = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise RuntimeError(f"{binary} {command} failed: {proc.stdout.decode()} {proc.stderr.decode()}")
-    return elapsed
+    run = timed_exec([binary], env, json.dumps(stdin).encode())
+    if run.returncode != 0:
+        raise RuntimeError(f"{binary} {command} failed: {run.stdout.decode()} {run.stderr.decode()}")
+    return run.seconds
 
 
 def populate_ours(n: int) -> None:
@@ -124,15 +120,6 @@ def measure(binary: str, bin_dir: str, reps: int, tag: str) -> tuple[list[float]
         adds.append(exec_plugin(binary, "ADD", cid, c, bin_dir))
         dels.append(exec_plugin(binary, "DEL", cid, c, bin_dir))
     return adds, dels
-
-
-def trimmed_mean(values: list[float]) -> float:
-    """Mean of the middle 60%: robust to a stray slow exec, finer than a median when the
-    machine's clock tick quantises single samples (4 ms steps were seen on this VM)."""
-    ordered = sorted(values)
-    cut = len(ordered) // 5
-    middle = ordered[cut:len(ordered) - cut] or ordered
-    return statistics.fmean(middle)
 
 
 def scenario(binary: str, bin_dir: str, pods: int, reps: int, populate) -> dict:

@@ -2,10 +2,11 @@
 
 A runtime may exec a plugin or read ``/etc/cni/net.d`` at any moment, and a plugin that is running
 has its file open (writing over it fails with "text file busy" or corrupts it).  So every file is
-written under a temporary name in its destination directory, fsynced, then renamed over the old
-one; the directory is fsynced so the rename survives a crash.  Temporary names start with a dot
-and never end in ``.conf``, ``.conflist`` or ``.json``: containerd and CRI-O load any such file
-they see in the conf dir.  A byte-identical file is left alone (no rename, no inotify event).
+written by :func:`cnichain.common.atomic.write_file` (a temporary sibling, fsynced, renamed over
+the old one, the directory fsynced so the rename survives a crash); symlinks and version
+directories are swapped the same way here.  Temporary names start with a dot and never end in
+``.conf``, ``.conflist`` or ``.json``: containerd and CRI-O load any such file they see in the
+conf dir.  A byte-identical file is left alone (no rename, no inotify event).
 """
 
 from __future__ import annotations
@@ -14,23 +15,18 @@ import os
 import shutil
 from typing import Optional
 
+from cnichain.common import atomic
+
 CONF_SUFFIXES = (".conf", ".conflist", ".json")
+TEMP_MARK = ".cnichain-tmp-"
 
 
 def temp_name(path: str) -> str:
     """A sibling temp name that no runtime treats as a network config."""
     d, base = os.path.split(path)
-    name = os.path.join(d, f".{base}.cnichain-tmp-{os.getpid()}")
+    name = os.path.join(d, f".{base}{TEMP_MARK}{os.getpid()}")
     assert not name.endswith(CONF_SUFFIXES)
     return name
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_bytes(path: str) -> Optional[bytes]:
@@ -45,23 +41,11 @@ def read_bytes(path: str) -> Optional[bytes]:
 
 
 def write_file(path: str, data: bytes, mode: int) -> bool:
-    """Atomically make ``path`` hold ``data`` with ``mode``; False when it already did (skipped)."""
+    """Atomically and durably make ``path`` hold ``data`` with ``mode``; False when it already
+    did (skipped)."""
     if read_bytes(path) == data and (os.stat(path).st_mode & 0o7777) == mode:
         return False
-    tmp = temp_name(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fchmod(fh.fileno(), mode)
-            os.fsync(fh.fileno())
-        os.rename(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
-    fsync_dir(os.path.dirname(path) or ".")
+    atomic.write_file(path, data, mode, durable=True, temp_prefix=f".{os.path.basename(path)}{TEMP_MARK}")
     return True
 
 
@@ -78,7 +62,7 @@ def switch_symlink(link: str, target: str) -> Optional[str]:
         os.unlink(tmp)
     os.symlink(target, tmp)
     os.rename(tmp, link)
-    fsync_dir(os.path.dirname(link))
+    atomic.fsync_dir(os.path.dirname(link))
     return previous
 
 
@@ -100,5 +84,5 @@ def copy_tree(src: str, dst: str) -> bool:
         os.rename(staging, dst)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    fsync_dir(parent)
+    atomic.fsync_dir(parent)
     return True

@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
+from cnichain.common import atomic
 from cnichain.node import native_shim
 from cnichain.plugins import registry
 
@@ -192,11 +193,7 @@ def _save_manifest(bin_dir: str, files: dict[str, str]) -> None:
         except FileNotFoundError:
             pass
         return
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump({"files": files}, fh, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    atomic.write_file(path, json.dumps({"files": files}, indent=2, sort_keys=True).encode(), 0o600)
 
 
 def _owned(path: str, manifest: dict[str, str]) -> bool:
@@ -223,12 +220,7 @@ def _write(path: str, data: bytes, mode: int, manifest: dict[str, str], force: b
         if not force and not _owned(path, manifest):
             report.refused.append(path)
             return
-    tmp = f"{path}.cnichain-tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    atomic.write_file(path, data, mode)
     manifest[path] = _digest(data)
     report.written.append(path)
 

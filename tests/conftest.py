@@ -89,15 +89,15 @@ REFERENCE_VERSIONS = ("1.1.1", "1.9.1")
 
 def reference_dir_of(version: str) -> str:
     """Debian 12's reference plugins (1.1.1, ``CNICHAIN_REFERENCE_DIR``) or sid's 1.9.1 that
-    ``./run`` unpacked (tests/debsuites.py).  Skips when absent, except under ``./run`` (which
+    ``./run`` unpacked (tools/debcache.py).  Skips when absent, except under ``./run`` (which
     exports ``CNICHAIN_DEB_CACHE`` and fetches 1.9.1): there a missing reference fails."""
-    from tests import debsuites
+    from cnichain.tools import debcache
 
-    path = REFERENCE_DIR if version == "1.1.1" else debsuites.reference_plugins_dir("sid")
+    path = REFERENCE_DIR if version == "1.1.1" else debcache.reference_plugins_dir("sid")
     if path and os.path.isfile(os.path.join(path, "bridge")):
         return path
     if version != "1.1.1" and os.environ.get("CNICHAIN_DEB_CACHE"):
-        pytest.fail(f"reference plugins {version} missing from {debsuites.cache_dir()} (./run fetches them)")
+        pytest.fail(f"reference plugins {version} missing from {debcache.cache_dir()} (./run fetches them)")
     pytest.skip(f"reference plugins {version} not available")
 
 

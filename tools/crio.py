@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
+from cnichain.common import atomic
 from cnichain.tools.runtime import Attachment, ConfigError, ConfList, PluginFailed, Runtime
 from cnichain.common.errors import CniError
 from cnichain.common.version import at_least
@@ -217,8 +218,5 @@ class Crio:
 def write_conflist(conf_dir: str, filename: str, data: dict) -> str:
     """Write ``data`` as ``filename`` in ``conf_dir`` the way an installer should (temp + rename)."""
     path = os.path.join(conf_dir, filename)
-    tmp = os.path.join(conf_dir, f".{filename}.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh)
-    os.replace(tmp, path)
+    atomic.write_file(path, json.dumps(data).encode(), 0o644)
     return path

@@ -18,11 +18,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from cnichain.common import atomic
 from cnichain.common import netns as netns_mod
 from cnichain.common.errors import CniError
 from cnichain.common.invoke import error_from_output, find_plugin
 from cnichain.common.skel import NAME_RE
 from cnichain.common.version import at_least
+
+
+DEFAULT_BIN_DIR = "/opt/cni/bin"  # where runtimes look for plugins unless told otherwise
+
+
+def plugin_dirs(given: Optional[list[str]] = None) -> list[str]:
+    """The plugin directories to search: ``given``, else ``$CNI_PATH``, else :data:`DEFAULT_BIN_DIR`."""
+    return list(given or []) or [d for d in os.environ.get("CNI_PATH", "").split(":") if d] or [DEFAULT_BIN_DIR]
 
 
 class ConfigError(ValueError):
@@ -189,11 +198,7 @@ class Runtime:
             "config": base64.b64encode(json.dumps(conflist.raw).encode()).decode(),
             "result": result,
         }
-        tmp = f"{path}.tmp{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(entry, fh)
-        os.replace(tmp, path)
+        atomic.write_file(path, json.dumps(entry).encode(), 0o600)
 
     def cached(self, network: str, att: Attachment) -> Optional[dict]:
         try:

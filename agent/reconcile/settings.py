@@ -1,9 +1,9 @@
 """The reconciler's settings: one dataclass, the command-line options that fill it, and the argv
 that hands them to the reconciler's own process.
 
-Both ``cnichain agent`` (typer, cli/app.py) and ``python -m cnichain.agent`` (argparse,
-:mod:`cnichain.agent.config`) add these options through :func:`add_arguments`; the agent then
-starts the reconciler process with :func:`to_argv` of the result, parsed back by :func:`parse`.
+The agent's command line (:func:`cnichain.agent.config.parser`, which ``cnichain agent`` and
+``python -m cnichain.agent`` share) adds these options through :func:`add_arguments`; the agent
+then starts the reconciler process with :func:`to_argv` of the result, parsed back by :func:`parse`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from cnichain.tools.podstate.cache import LIBCNI_CACHE_DIR, RUNNER_CACHE_DIR
 
 MODES = ("off", "dry-run", "on")
 DEFAULT_CACHE_DIRS = (LIBCNI_CACHE_DIR, RUNNER_CACHE_DIR)
-DEFAULT_BIN_DIR = "/opt/cni/bin"
 DEFAULT_GRACE = 60.0  # seconds an attachment must look dead before it is collected
 DEFAULT_SWEEP = 10.0  # seconds between full sweeps (the backstop behind the event-driven repair)
 STATUS_SUFFIX = ".reconcile.json"  # next to the agent's socket: what `cnichain agent status` reads
@@ -45,7 +44,9 @@ class ReconcileConfig:
     repair_window: float = 60.0
 
     def plugin_dirs(self) -> list[str]:
-        return self.bin_dirs or [d for d in os.environ.get("CNI_PATH", "").split(":") if d] or [DEFAULT_BIN_DIR]
+        from cnichain.tools.runtime import plugin_dirs
+
+        return plugin_dirs(self.bin_dirs)
 
     def in_scope(self, network: str) -> bool:
         return not self.networks or network in self.networks

@@ -14,6 +14,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from cnichain.common import atomic
+
 _MAX_BYTES = 16 << 20
 
 
@@ -36,11 +38,7 @@ class Counters:
 
 def write(path: str, doc: dict) -> None:
     """Replace ``path`` atomically with ``doc`` (0600; a reader never sees half a file)."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(doc, fh, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    atomic.write_file(path, json.dumps(doc, indent=1, sort_keys=True).encode(), 0o600)
 
 
 def read(path: str) -> Optional[dict]:

@@ -7,8 +7,10 @@ does (through :class:`cnichain.tools.runtime.Runtime`: ADD in order with ``prevR
 every exec with the runner's ``on_exec`` hook.
 
 Each implementation ("mode") gets its own node namespace, pod namespaces, IPAM directory and result
-cache, so the two never see each other's bridges, rules or reservations; within one run the modes
-are interleaved pod by pod (alternating which goes first) so machine noise hits both alike.
+cache, so none sees another's bridges, rules or reservations; within one run the modes are
+interleaved pod by pod (alternating which goes first) so machine noise hits all alike.  The modes
+are ours (cold, warm) and one per reference and portmap backend (``ref-1.1.1``,
+``ref-1.9.1-iptables``, ``ref-1.9.1-nft``; or the single ``reference`` of ``--reference-dir``).
 
 Phases:
 
@@ -19,6 +21,8 @@ Phases:
               Status poll (~5 s): the cost of one sweep, counted even where the reference fails it.
 ``parallel``  8 pods at once (ADD batch, then DEL batch): wall time per batch.
 ``growth``    host-local and portmap ADD/DEL with 0, 100, 1,000 other pods present.
+``pods``      whole pods through containerd 2.x's CRI (RunPodSandbox, then StopPodSandbox and
+              RemovePodSandbox), one throwaway containerd node per mode.
 
 The result is a JSON document (``summary``), a terminal table and, when matplotlib is installed,
 a PNG chart of latency against pods present.  This package never imports typer; ``cnichain bench``
@@ -26,13 +30,16 @@ in :mod:`cnichain.cli.app` is a thin wrapper over :func:`main`.
 
 The modules, one job each (pure ones marked):
 
-``options``   the options, their defaults and validation, argparse
+``options``   the options, their defaults and validation: the one argparse declaration
 ``session``   one run's state: the modes, the samples, how execs are recorded
+``references`` the references of a run: where, which version, which portmap backends
 ``modes``     setting up the implementations under test (launchers, namespaces, chains, the agent)
 ``phases``    the floor, chain and parallel phases
 ``growth``    the growth phase
 ``status``    the status phase
-``stats``     (pure) percentiles, statistics, ratios, acceptance-target verdicts
+``pods``      the pods phase
+``stats``     (pure) ratios and acceptance-target verdicts over the cells
+              :mod:`cnichain.benchmarks.measure` computes (the one median and p95)
 ``summary``   (pure) the JSON result document from what the phases recorded
 ``render``    (pure) the terminal table
 ``chart``     the optional matplotlib PNG
@@ -49,7 +56,7 @@ from cnichain.benchmarks.latency.progress import Progress
 from cnichain.benchmarks.latency.render import LABEL, render_table
 from cnichain.benchmarks.latency.runner import main, run_bench, write_outputs
 from cnichain.benchmarks.latency.session import Bench, Mode, Sample
-from cnichain.benchmarks.latency import stats  # the module (pct, stats, ratio, targets live there)
+from cnichain.benchmarks.latency import stats  # the module (ratio, targets live there)
 from cnichain.benchmarks.latency.summary import summarize
 
 __all__ = [

@@ -37,6 +37,7 @@ class Grower:
     pod: str
     ipam_dir: str
     portmap: Optional[str]  # "ours"/"reference", or None when the mode has no portmap
+    portmap_backend: Optional[str] = None  # the reference portmap's "backend" key, as in the mode's chain
     present: int = 0
 
 
@@ -63,17 +64,19 @@ def _prepare(bench: Bench, mode: Mode) -> Optional[Grower]:
         return None
     if have["portmap"] is None:
         bench.notes.append(f"growth: {mode.name} has no portmap; host-local only")
-    node = bench.lab.netns(f"grow-{mode.name}")
+    index = list(bench.modes).index(mode.name)
+    node = bench.lab.netns(f"grow-{index}")
     bench.lab.run(node, "ip", "link", "add", BRIDGE, "type", "bridge")
     bench.lab.run(node, "ip", "addr", "add", f"{GROWTH_GATEWAY}/16", "dev", BRIDGE)
     bench.lab.run(node, "ip", "link", "set", BRIDGE, "up")
-    pod = bench.lab.netns(f"gpod-{mode.name}")
+    pod = bench.lab.netns(f"gpod-{index}")
     runtime = Runtime(mode.bin_dirs, os.path.join(mode.workdir, "gcache"), node_netns=node,
                       on_exec=bench.recorder(mode), timeout=60, extra_env=mode.runtime.extra_env)
     for p in ("host-local", "portmap"):
         if source := have[p]:
             mode.provenance.setdefault(p, source)
-    return Grower(mode, runtime, pod, os.path.join(mode.workdir, "grow-ipam"), have["portmap"])
+    return Grower(mode, runtime, pod, os.path.join(mode.workdir, "grow-ipam"), have["portmap"],
+                  mode.portmap_backend if have["portmap"] == "reference" else None)
 
 
 def ipam_conf(g: Grower) -> dict:
@@ -82,10 +85,13 @@ def ipam_conf(g: Grower) -> dict:
                      "dataDir": g.ipam_dir}}
 
 
-def portmap_conf(prev: dict, host_port: int) -> dict:
-    return {"cniVersion": "1.0.0", "name": GROWTH_NETWORK, "type": "portmap", "snat": True,
+def portmap_conf(prev: dict, host_port: int, backend: Optional[str] = None) -> dict:
+    conf = {"cniVersion": "1.0.0", "name": GROWTH_NETWORK, "type": "portmap", "snat": True,
             "runtimeConfig": {"portMappings": [{"hostPort": host_port, "containerPort": 80, "protocol": "tcp"}]},
             "prevResult": prev}
+    if backend:
+        conf["backend"] = backend
+    return conf
 
 
 def _one_pod(g: Grower, cid: str, host_port: int, command: str, prev: Optional[dict]) -> Optional[dict]:
@@ -97,10 +103,10 @@ def _one_pod(g: Grower, cid: str, host_port: int, command: str, prev: Optional[d
         prev = {"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": g.pod}],
                 "ips": [dict(ip, interface=0) for ip in out.get("ips", [])]}
         if g.portmap:
-            rt.exec_plugin("portmap", "ADD", att, portmap_conf(prev, host_port))
+            rt.exec_plugin("portmap", "ADD", att, portmap_conf(prev, host_port, g.portmap_backend))
         return prev
     if g.portmap:
-        rt.exec_plugin("portmap", "DEL", att, portmap_conf(prev or {}, host_port))
+        rt.exec_plugin("portmap", "DEL", att, portmap_conf(prev or {}, host_port, g.portmap_backend))
     rt.exec_plugin("host-local", "DEL", att, ipam_conf(g))
     return None
 

@@ -3,9 +3,10 @@
 Each mode gets its own node namespace, pod namespaces, IPAM directory and result cache, so the
 modes never see each other's bridges, rules or reservations.  "cold" is our installed executables
 (never forwarding to an agent), "warm" the same executables pointed at an agent started for the run
-(the native shim when it was built, else the Python launchers; the summary says which),
-"reference" the Go plugins.  A plugin a mode lacks is stood in by the reference binary (when
-``fallback``) and recorded as such in the mode's provenance, or left out and listed as skipped.
+(the native shim when it was built, else the Python launchers; the summary says which), and one
+reference mode per reference and portmap backend (:mod:`references`) runs the Go plugins.  A plugin
+a mode lacks is stood in by the first reference's binary (when ``fallback``) and recorded as such
+in the mode's provenance, or left out and listed as skipped.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 
+from cnichain.benchmarks.latency import references
 from cnichain.benchmarks.latency.options import DEFAULT_CONFLIST
 from cnichain.benchmarks.latency.session import Bench, Mode
 from cnichain.tools.lab import isolate_conflist
@@ -31,21 +33,26 @@ def setup(bench: Bench) -> None:
     missing = sorted(set(installer.PLUGINS) - set(ours))
     if missing:
         bench.notes.append(f"not yet implemented by cnichain: {', '.join(missing)}")
-    ref_ok = os.path.isfile(os.path.join(o.reference_dir, "bridge"))
-    ours_dirs = [bench.our_bin] + ([o.reference_dir] if o.fallback and ref_ok else [])
+    refs = references.resolve(o, bench.notes)
+    bench.primary_reference_dir = refs[0].bin_dir if refs else ""
+    ours_dirs = [bench.our_bin] + ([bench.primary_reference_dir] if o.fallback and refs else [])
     for name in o.modes:
         if name == "reference":
-            if not ref_ok:
-                bench.notes.append(f"reference skipped: no reference plugins in {o.reference_dir}")
-                continue
-            dirs = [o.reference_dir]
-        else:
-            why = warm_unavailable() if name == "warm" else ""
-            if why:
-                bench.notes.append(f"warm skipped: {why}")
-                continue
-            dirs = list(ours_dirs)
-        bench.modes[name] = make_mode(bench, name, dirs)
+            seen = set(bench.modes)
+            for v in references.variants(bench.lab, o, refs, bench.notes):
+                if v.mode in seen:
+                    bench.notes.append(f"reference mode {v.mode} named twice; the second is left out")
+                    continue
+                seen.add(v.mode)
+                mode = make_mode(bench, v.mode, [v.reference.bin_dir], kind="reference")
+                mode.portmap_backend, mode.reference, mode.version = v.portmap_backend, v.reference.name, \
+                    v.reference.version
+            continue
+        why = warm_unavailable() if name == "warm" else ""
+        if why:
+            bench.notes.append(f"warm skipped: {why}")
+            continue
+        make_mode(bench, name, list(ours_dirs))
     if "warm" in bench.modes:
         start_warm_agent(bench, bench.modes["warm"])
     base = load_conflist(o.conflist)
@@ -64,13 +71,15 @@ def executables_kind(bin_dir: str) -> str:
     return ""
 
 
-def make_mode(bench: Bench, name: str, dirs: list[str]) -> Mode:
-    node = bench.lab.netns(f"node-{name}")
+def make_mode(bench: Bench, name: str, dirs: list[str], kind: str = "ours") -> Mode:
+    """The mode ``name`` running the plugins of ``dirs``, in its own node namespace, registered."""
+    node = bench.lab.netns(f"node-{len(bench.modes)}")  # mode names can be long; netns names stay short
     workdir = os.path.join(bench.lab.workdir, name)
     os.makedirs(workdir, mode=0o700, exist_ok=True)
-    mode = Mode(name, dirs, node, workdir, runtime=None)  # type: ignore[arg-type]
+    mode = Mode(name, dirs, node, workdir, runtime=None, kind=kind)  # type: ignore[arg-type]
     mode.runtime = Runtime(dirs, os.path.join(workdir, "cache"), node_netns=node, on_exec=bench.recorder(mode),
                            timeout=60, extra_env=mode_env(name))
+    bench.modes[name] = mode
     return mode
 
 
@@ -99,8 +108,10 @@ def chain_for(bench: Bench, mode: Mode, base: dict) -> ConfList:
         ptype = plugin["type"]
         where = bench.which(mode, ptype)
         if where is None:
-            mode.skipped[ptype] = "no such plugin" if mode.name != "reference" else "the reference has no such plugin"
+            mode.skipped[ptype] = "the reference has no such plugin" if mode.is_reference else "no such plugin"
             continue
+        if ptype == "portmap" and mode.portmap_backend:
+            plugin = dict(plugin, backend=mode.portmap_backend)
         mode.provenance[ptype] = where
         ipam = plugin.get("ipam")
         if isinstance(ipam, dict) and ipam.get("type"):

@@ -1,20 +1,27 @@
-"""What a bench run measures: the options, their defaults, and the two ways to fill them.
+"""What a bench run measures: the options, their defaults, and the one command line that fills them.
 
-``python -m cnichain.benchmarks.latency`` parses argv here (argparse, no typer); ``cnichain bench``
-(cli/app.py, typer) collects the same values itself and calls :func:`options_from`, so both
-validate alike.
+:func:`parse_args` holds the only declaration of the bench's options: ``python -m
+cnichain.benchmarks.latency`` and ``cnichain bench`` (which hands its arguments over untouched) both
+parse argv with it, so the two accept, validate and document exactly the same options.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass
 from typing import Optional
 
 DEFAULT_REFERENCE_DIR = "/usr/lib/cni"
 DEFAULT_CONFLIST = "cnichain-default.conflist"
 MODES = ("cold", "warm", "reference")
-PHASES = ("floor", "chain", "status", "parallel", "growth")
+OURS_MODES = ("cold", "warm")
+PHASES = ("floor", "chain", "status", "parallel", "growth", "pods")
+# portmap's "backend" key (reference 1.6.0 and later) and the suffix of the mode that runs it.
+PORTMAP_BACKENDS = {"iptables": "iptables", "nftables": "nft"}
+SINGLE_REFERENCE = "reference"  # the mode name of --reference-dir, the single-reference shorthand
+_REFERENCE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")
+RESERVED_NAMES = (*OURS_MODES, "python", "shim")  # sample modes the floor phase uses
 DESCRIPTION = "``cnichain bench``: per-pod exec-to-exit latency of our plugins, side by side with the reference."
 
 
@@ -35,6 +42,16 @@ class Options:
     fallback: bool = True  # ours missing a plugin -> use the reference one (reported as such)
     chart: bool = True
     quiet: bool = False
+    # (name, plugin dir or debian:SUITE) of each reference; empty = one, "reference", in reference_dir
+    references: tuple[tuple[str, str], ...] = ()
+    # portmap backends to run each reference with that has the "backend" key (empty: its default)
+    reference_portmap_backends: tuple[str, ...] = ()
+    pods_e2e: int = 10  # pods through containerd's CRI in the pods phase
+    containerd_dir: str = "debian:sid"  # containerd 2.x binaries (containerd, its runc shim), or debian:SUITE
+
+    def reference_specs(self) -> tuple[tuple[str, str], ...]:
+        """The references to run: the named ones, else --reference-dir as "reference"."""
+        return self.references or ((SINGLE_REFERENCE, self.reference_dir),)
 
 
 def parse_args(argv: Optional[list[str]] = None) -> Options:
@@ -48,17 +65,32 @@ def parse_args(argv: Optional[list[str]] = None) -> Options:
     p.add_argument("--status-sweeps", type=int, default=Options.status_sweeps,
                    help="STATUS sweeps of the whole chain at 1.1.0, as containerd 2.1 polls (0 = skip)")
     p.add_argument("--modes", default="cold,reference", help="comma-separated subset of cold,warm,reference")
-    p.add_argument("--reference-dir", default=DEFAULT_REFERENCE_DIR)
+    p.add_argument("--reference-dir", default=DEFAULT_REFERENCE_DIR,
+                   help="the reference Go plugins, as the single mode 'reference' (shorthand for one --reference)")
+    p.add_argument("--reference", action="append", default=[], metavar="NAME=DIR",
+                   help="a reference to run side by side (repeatable): its mode name and plugin directory, "
+                        "or debian:SUITE for the plugins ./run unpacked from that suite; replaces --reference-dir")
+    p.add_argument("--reference-portmap-backends", default="", metavar="LIST",
+                   help="run each reference whose portmap has the 'backend' key once per backend "
+                        "(comma-separated subset of iptables,nftables; modes NAME-iptables, NAME-nft); "
+                        "a reference without the key runs once, on iptables")
+    p.add_argument("--pods-e2e", type=int, default=Options.pods_e2e,
+                   help="pods through containerd's CRI in the pods phase (RunPodSandbox, StopPodSandbox, "
+                        "RemovePodSandbox; 0 = skip)")
+    p.add_argument("--containerd-dir", default=Options.containerd_dir,
+                   help="directory of containerd 2.x and its runc shim for the pods phase, or debian:SUITE")
     p.add_argument("--conflist", default="", help="conflist to run (default: the shipped default chain)")
     p.add_argument("--output-dir", default=Options.output_dir)
-    p.add_argument("--phases", default=",".join(PHASES))
+    p.add_argument("--phases", default=",".join(PHASES), help="comma-separated phases to run, in their fixed order")
     p.add_argument("--no-fallback", action="store_true", help="do not stand in reference plugins for ones cnichain lacks")
-    p.add_argument("--no-chart", action="store_true")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--no-chart", action="store_true", help="no PNG chart")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
     a = p.parse_args(argv)
     return options_from(a.pods, a.parallel, a.parallel_rounds, a.growth, a.growth_samples, a.floor_samples, a.modes,
                         a.reference_dir, a.conflist, a.output_dir, a.phases, not a.no_fallback, not a.no_chart, a.quiet,
-                        status_sweeps=a.status_sweeps)
+                        status_sweeps=a.status_sweeps, references=a.reference,
+                        reference_portmap_backends=a.reference_portmap_backends, pods_e2e=a.pods_e2e,
+                        containerd_dir=a.containerd_dir)
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -67,7 +99,9 @@ def _names(text: str) -> tuple[str, ...]:
 
 def options_from(pods: int, parallel: int, parallel_rounds: int, growth: str, growth_samples: int, floor_samples: int,
                  modes: str, reference_dir: str, conflist: str, output_dir: str, phases: str, fallback: bool,
-                 chart: bool, quiet: bool, status_sweeps: int = Options.status_sweeps) -> Options:
+                 chart: bool, quiet: bool, status_sweeps: int = Options.status_sweeps,
+                 references: Optional[list[str]] = None, reference_portmap_backends: str = "",
+                 pods_e2e: int = Options.pods_e2e, containerd_dir: str = Options.containerd_dir) -> Options:
     """Validated :class:`Options` from command-line values; ValueError says what is wrong.
 
     A phase with nothing to do (``parallel`` 0, no growth levels) is dropped rather than refused.
@@ -87,10 +121,36 @@ def options_from(pods: int, parallel: int, parallel_rounds: int, growth: str, gr
         phase_list = tuple(x for x in phase_list if x != "growth")
     if status_sweeps <= 0:
         phase_list = tuple(x for x in phase_list if x != "status")
+    if pods_e2e <= 0:
+        phase_list = tuple(x for x in phase_list if x != "pods")
+    refs = parse_references(references or [])
+    backends = _names(reference_portmap_backends)
+    bad = [b for b in backends if b not in PORTMAP_BACKENDS]
+    if bad:
+        raise ValueError(f"unknown portmap backend(s) {', '.join(bad)}; expected some of {', '.join(PORTMAP_BACKENDS)}")
     if pods < 1 or any(v < 0 for v in levels):
         raise ValueError("--pods must be at least 1 and growth levels non-negative")
     return Options(pods=pods, parallel=parallel, parallel_rounds=max(1, parallel_rounds), growth=levels,
                    growth_samples=max(1, growth_samples), floor_samples=max(1, floor_samples),
                    status_sweeps=max(0, status_sweeps), modes=mode_list,
                    reference_dir=reference_dir, conflist=conflist, output_dir=output_dir, phases=phase_list,
-                   fallback=fallback, chart=chart, quiet=quiet)
+                   fallback=fallback, chart=chart, quiet=quiet, references=refs,
+                   reference_portmap_backends=tuple(dict.fromkeys(backends)), pods_e2e=max(0, pods_e2e),
+                   containerd_dir=containerd_dir)
+
+
+def parse_references(specs: list[str]) -> tuple[tuple[str, str], ...]:
+    """``NAME=DIR`` texts as (name, dir); names unique, short, and none of ours or the floor's."""
+    refs: list[tuple[str, str]] = []
+    for spec in specs:
+        name, sep, where = spec.partition("=")
+        name, where = name.strip(), where.strip()
+        if not sep or not where:
+            raise ValueError(f"--reference {spec!r}: expected NAME=DIR")
+        if not _REFERENCE_NAME.match(name) or name in RESERVED_NAMES:
+            raise ValueError(f"--reference {spec!r}: the name must be 1-32 letters, digits, '.', '_' or '-', "
+                             f"and none of {', '.join(RESERVED_NAMES)}")
+        if name in (n for n, _ in refs):
+            raise ValueError(f"--reference {name!r} is given twice")
+        refs.append((name, where))
+    return tuple(refs)

@@ -8,12 +8,11 @@ the numbers are the runtime's exec-to-exit times.
 from __future__ import annotations
 
 import concurrent.futures
-import subprocess
 import sys
-import time
 from typing import Optional
 
 from cnichain.benchmarks.latency.session import Bench, Mode, Records, Sample
+from cnichain.benchmarks.measure import clock, timed_exec
 from cnichain.tools.runtime import Attachment
 
 PARALLEL_POD_BASE = 1000  # container numbers of the parallel phase, distinct from the chain phase's
@@ -39,7 +38,7 @@ def attachment(mode: Mode, i: int, pod: str, with_capabilities: bool = True) -> 
 def pod_netns(bench: Bench, mode: Mode, i: int) -> str:
     """The netns of ``mode``'s pod ``i``, created on first use and reused by later phases."""
     while len(mode.pods) <= i:
-        mode.pods.append(bench.lab.netns(f"{mode.name[:3]}{len(mode.pods)}"))
+        mode.pods.append(bench.lab.netns(f"p{list(bench.modes).index(mode.name)}-{len(mode.pods)}"))
     return mode.pods[i]
 
 
@@ -55,15 +54,12 @@ def run_floor(bench: Bench) -> None:
     n = bench.o.floor_samples
     for i in range(n):
         bench.progress(f"[floor] {i + 1}/{n}")
-        started = time.perf_counter()
-        subprocess.run([python, "-I", "-S", "-c", "pass"], check=False)
-        bench.samples.append(Sample("python", "floor", "python -I -S -c pass", "START", time.perf_counter() - started, 0))
+        bench.samples.append(Sample("python", "floor", "python -I -S -c pass", "START",
+                                    timed_exec([python, "-I", "-S", "-c", "pass"]).seconds, 0))
         if shim:
             # The generic (unconfigured) binary prints one error line and exits: exec, start and exit
             # of the static executable alone, what the warm path pays before it reaches the socket.
-            started = time.perf_counter()
-            subprocess.run([shim], stdout=subprocess.DEVNULL, check=False)
-            bench.samples.append(Sample("shim", "floor", "cnichain-shim", "START", time.perf_counter() - started, 0))
+            bench.samples.append(Sample("shim", "floor", "cnichain-shim", "START", timed_exec([shim]).seconds, 0))
         for mode in bench.ordered(i):
             for ptype in plugin_types:
                 if mode.provenance.get(ptype) is None:
@@ -128,10 +124,10 @@ def run_parallel(bench: Bench) -> None:
                     _, recs, err = bench.collect(lambda: op(mode.chain, att))
                     return recs, err
 
-                started = time.perf_counter()
+                started = clock()
                 with concurrent.futures.ThreadPoolExecutor(max_workers=width) as pool:
                     outcomes = list(pool.map(one, atts))
-                wall = time.perf_counter() - started
+                wall = clock() - started
                 failed = 0
                 for recs, err in outcomes:
                     bench.keep_outcome("parallel", mode.name, f"round {r} {command}", recs, err)

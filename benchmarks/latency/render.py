@@ -1,7 +1,9 @@
 """The summary as plain-text tables for a terminal (and the ``bench-<time>.txt`` file).
 
-Pure: a summary dict in, text out.  Columns are ours ("cold"), the reference and warm, each with
-median and p95 in ms, and an ours/ref ratio column only when both ran.
+Pure: a summary dict in, text out.  Columns are ours ("cold"), warm and each reference mode, each
+with median and p95 in ms, then one ratio column per ours/reference pair that ran, headed by two
+lines (``ours/`` over ``ref`` with the single reference; ``ours/`` over ``1.9.1-nft`` and the like
+with several: see :func:`label`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,15 @@ from cnichain.benchmarks.latency.stats import median_ratio, verdict
 
 LABEL = {"cold": "ours", "warm": "warm", "reference": "ref"}
 CHAIN_ORDER = list(registry.CHAIN_ORDER)
+
+
+def label(mode: str) -> str:
+    """A mode's column label: ours, warm, ref; a named reference without its ``ref-`` prefix and
+    with ``-iptables`` as ``-ipt`` (``ref-1.9.1-iptables`` -> ``1.9.1-ipt``)."""
+    if mode in LABEL:
+        return LABEL[mode]
+    short = mode[4:] if mode.startswith("ref-") and len(mode) > 4 else mode
+    return short[: -len("iptables")] + "ipt" if short.endswith("-iptables") else short
 
 
 def _ms(v: Optional[float]) -> str:
@@ -29,7 +40,6 @@ def render_table(out: dict) -> str:
     lines: list[str] = []
     modes = [m for m in out.get("modes", {})]
     ours = "cold" if "cold" in modes else None
-    ref = "reference" if "reference" in modes else None
     floor = out.get("floor", {})
     lines.append(f"cnichain bench  {out['when']}  cpus={out['machine']['cpus']}  kernel={out['machine']['kernel']}  "
                  f"python={out['machine']['python']}")
@@ -42,77 +52,87 @@ def render_table(out: dict) -> str:
     if out.get("executables"):
         lines.append(f"our plugin executables: {out['executables']}")
     for m, info in out.get("modes", {}).items():
-        fall = [p for p, w in info["plugins"].items() if w == "reference" and m != "reference"]
-        lines.append(f"mode {m}: {', '.join(sorted(info['plugins']))}"
+        is_ref = info.get("kind", "reference" if m == "reference" else "ours") == "reference"
+        fall = [p for p, w in info["plugins"].items() if w == "reference" and not is_ref]
+        what = ""
+        if is_ref and (info.get("version") or info.get("portmap_backend")):
+            what = f" [{info.get('version') or 'version unknown'}, portmap {info.get('portmap_backend') or 'default backend'}]"
+        lines.append(f"mode {m}{what}: {', '.join(sorted(info['plugins']))}"
                      + (f"  (reference fallback: {', '.join(fall)})" if fall else "")
                      + (f"  (left out: {', '.join(info['skipped'])})" if info["skipped"] else ""))
-    cols = [m for m in (ours, ref, "warm") if m and m in modes]
-    warm_col = bool(ref and "warm" in modes)
+    refs = [m for m in out.get("references", ["reference"]) if m in modes]
+    ours_cols = [m for m in ("cold", "warm") if m in modes]
+    cols = ours_cols + refs
+    pair_cols = [(o, r) for o in ours_cols for r in refs]
+    width = max([8] + [(len(label(m)) + 3) // 2 for m in cols])
+    rwidth = max([9] + [len(label(m)) + 2 for m in cols])
 
     def header(title: str, first: str) -> None:
+        """Two lines: each mode's label over its med and p95 columns, each pair as ``ours/`` over
+        the reference's label."""
         lines.append("")
         lines.append(title)
-        head = f"  {first:<28}" + "".join(f"{LABEL[m] + ' med':>12}{LABEL[m] + ' p95':>12}" for m in cols)
-        head += "  ours/ref" if ours and ref else ""
-        head += "  warm/ref" if warm_col else ""
-        lines.append(head)
+        lines.append(f"  {'':<28}" + "".join(f"{label(m):>{2 * width}}" for m in cols)
+                     + "".join(f"{label(o) + '/':>{rwidth}}" for o, _ in pair_cols))
+        lines.append(f"  {first:<28}" + f"{'med':>{width}}{'p95':>{width}}" * len(cols)
+                     + "".join(f"{label(r):>{rwidth}}" for _, r in pair_cols))
 
-    def row(label: str, cells: dict, r: Optional[float]) -> None:
-        text = f"  {label:<28}"
+    def row(text_label: str, cells: dict, ratios: Optional[dict] = None) -> None:
+        """One line: each mode's median and p95, then each pair's ratio (``ratios`` keyed "o/r", or
+        computed from the medians when not given)."""
+        text = f"  {text_label:<28}"
         for m in cols:
             st = cells.get(m) or {}
-            text += f"{_ms(st.get('median_ms')):>12}{_ms(st.get('p95_ms')):>12}"
-        if ours and ref:
-            text += f"{_x(r):>10}"
-        if warm_col:
-            text += f"{_x(median_ratio(cells.get('warm'), cells.get(ref or ''))):>10}"
+            text += f"{_ms(st.get('median_ms')):>{width}}{_ms(st.get('p95_ms')):>{width}}"
+        for o, r in pair_cols:
+            value = (ratios or {}).get(f"{o}/{r}") if ratios is not None else median_ratio(cells.get(o), cells.get(r))
+            text += f"{_x(value):>{rwidth}}"
         lines.append(text)
+
+    def ratio_line(text_label: str, ratios: dict) -> None:
+        """Only the ratio columns (for lines whose cells are printed elsewhere)."""
+        lines.append(f"  {text_label:<28}" + " " * (2 * width * len(cols))
+                     + "".join(f"{_x(ratios.get(f'{o}/{r}')):>{rwidth}}" for o, r in pair_cols))
 
     if out.get("version"):
         header("VERSION exec (ms): start-up cost only", "plugin")
         for p, cells in sorted(out["version"].items()):
-            row(p, cells, median_ratio(cells.get(ours or "", {}), cells.get(ref or "", {})))
+            row(p, cells)
     if out.get("chain"):
         header("chain, per plugin and command (ms, exec to exit; bridge includes its host-local exec)", "plugin command")
         for p in sorted(out["chain"], key=lambda x: (CHAIN_ORDER.index(x) if x in CHAIN_ORDER else 99, x)):
             for c in ("ADD", "DEL", "CHECK"):
                 cells = out["chain"][p].get(c)
                 if cells:
-                    label = f"{p} {c}"
                     impl = (cells.get(ours or "") or {}).get("impl")
-                    if impl == "reference":
-                        label += " [ref binary]"
-                    row(label, cells, cells.get("ratio"))
+                    row(f"{p} {c}" + (" [ref binary]" if impl == "reference" else ""), cells, cells.get("ratios", {}))
     tot = out.get("chain_totals", {})
-    if tot:
-        header("chain totals per pod (ms); ours like-for-like = without plugins the reference lacks", "")
+    if any(m in tot for m in cols):
+        header("chain totals per pod (ms); ours like-for-like = without plugins no reference has", "")
         for c in ("ADD", "DEL", "ADD+DEL"):
-            cells = {m: tot[m]["like_for_like" if m != "reference" else "all"][c] for m in cols if m in tot}
-            row(f"{c} (like for like)", cells, tot.get("ratio", {}).get(c))
-            if "ratio_warm" in tot:
-                lines.append(f"  {c + ' warm/ref':<28}{_x(tot['ratio_warm'].get(c)):>12}")
+            cells = {m: tot[m]["like_for_like" if m not in refs else "all"][c] for m in cols if m in tot}
+            row(f"{c} (like for like)", cells, {k: v.get(c) for k, v in tot.get("ratios", {}).items()})
             if ours in tot:
-                lines.append(f"  {c + ' (ours, whole chain)':<28}{_ms(tot[ours]['all'][c].get('median_ms')):>12}"
-                             f"{_ms(tot[ours]['all'][c].get('p95_ms')):>12}")
+                lines.append(f"  {c + ' (ours, whole chain)':<28}{_ms(tot[ours]['all'][c].get('median_ms')):>{width}}"
+                             f"{_ms(tot[ours]['all'][c].get('p95_ms')):>{width}}")
     status = out.get("status", {})
     if any(m in status for m in cols):
         header("STATUS sweep: every plugin of the chain at 1.1.0, as containerd 2.1 polls every ~5 s (ms)", "")
-        row("per sweep (like for like)", {m: status.get(m, {}).get("like_for_like" if m != ref else "sweep")
-                                          for m in cols}, status.get("ratio"))
-        row("per sweep (whole chain)", {m: status.get(m, {}).get("sweep") for m in cols},
-            median_ratio(status.get(ours or "", {}).get("sweep"), status.get(ref or "", {}).get("sweep")))
-        row("after the first sweep", {m: status.get(m, {}).get("later_sweeps") for m in cols},
-            median_ratio(status.get(ours or "", {}).get("later_sweeps"), status.get(ref or "", {}).get("later_sweeps")))
+        row("per sweep (like for like)", {m: status.get(m, {}).get("like_for_like" if m not in refs else "sweep")
+                                          for m in cols}, status.get("ratios", {}))
+        row("per sweep (whole chain)", {m: status.get(m, {}).get("sweep") for m in cols})
+        row("after the first sweep", {m: status.get(m, {}).get("later_sweeps") for m in cols})
         for m in cols:
             failed = status.get(m, {}).get("failed") or {}
             if failed:
-                lines.append(f"  {LABEL[m]} fails STATUS in: {', '.join(sorted(failed))} "
+                lines.append(f"  {label(m)} fails STATUS in: {', '.join(sorted(failed))} "
                              f"(counted anyway; first: {next(iter(sorted(failed.items())))[1][:80]})")
     par = out.get("parallel", {})
     if any(m in par for m in cols):
         header(f"{out.get('parallel_pods')} pods in parallel: wall time per batch (ms)", "batch")
         for c in ("ADD", "DEL"):
-            row(f"{c} x{out.get('parallel_pods')}", {m: par.get(m, {}).get(c) for m in cols}, par.get("ratio", {}).get(c))
+            row(f"{c} x{out.get('parallel_pods')}", {m: par.get(m, {}).get(c) for m in cols},
+                {k: v.get(c) for k, v in par.get("ratios", {}).items()})
     g = out.get("growth", {})
     if g:
         header("growth: latency with N other pods present (ms)", "plugin command @pods")
@@ -120,12 +140,22 @@ def render_table(out: dict) -> str:
             for c in ("ADD", "DEL"):
                 for lvl, cells in sorted(g.get(p, {}).get(c, {}).items(), key=lambda kv: int(kv[0])):
                     fallback = (cells.get(ours or "") or {}).get("impl") == "reference"
-                    row(f"{p} {c} @{lvl}" + (" [ref binary]" if fallback else ""), cells, cells.get("ratio"))
+                    row(f"{p} {c} @{lvl}" + (" [ref binary]" if fallback else ""), cells, cells.get("ratios", {}))
+    pods = out.get("pods", {})
+    if any(m in pods for m in cols):
+        rt = pods.get("runtime", {})
+        header(f"pods through {rt.get('name', 'the runtime')}'s CRI, per pod (ms): RunPodSandbox, "
+               "StopPodSandbox + RemovePodSandbox", "step")
+        for step, title in (("run", "RunPodSandbox"), ("stop_remove", "Stop+RemovePodSandbox"), ("total", "total")):
+            row(title, {m: pods.get(m, {}).get(step) for m in cols},
+                {k: v.get(step) for k, v in pods.get("ratios", {}).items()})
+        if pods.get("failed"):
+            lines.append(f"  {pods['failed']} pod(s) failed and are left out (see errors)")
     if out.get("targets"):
         lines.append("")
         lines.append("targets")
         for t in out["targets"]:
-            lines.append(f"  {t['target']:<62} {_x(t['value']):>8}  (<= {t['limit']}x)  {verdict(t['met'])}")
+            lines.append(f"  {t['target']:<80} {_x(t['value']):>8}  (<= {t['limit']}x)  {verdict(t['met'])}")
     for n in out.get("notes", []):
         lines.append(f"note: {n}")
     if out.get("errors"):

@@ -13,6 +13,7 @@ from cnichain.benchmarks.latency.chart import write_chart
 from cnichain.benchmarks.latency.growth import run_growth
 from cnichain.benchmarks.latency.options import Options, parse_args
 from cnichain.benchmarks.latency.phases import run_chain, run_floor, run_parallel
+from cnichain.benchmarks.latency.pods import run_pods
 from cnichain.benchmarks.latency.render import render_table
 from cnichain.benchmarks.latency.session import Bench
 from cnichain.benchmarks.latency.status import run_status
@@ -22,7 +23,7 @@ from cnichain.tools.lab import Lab
 # The phases run in this order, whatever order --phases names them in.
 PHASE_RUNNERS: tuple[tuple[str, Callable[[Bench], None]], ...] = (
     ("floor", run_floor), ("chain", run_chain), ("status", run_status), ("parallel", run_parallel),
-    ("growth", run_growth),
+    ("growth", run_growth), ("pods", run_pods),
 )
 
 
@@ -43,7 +44,7 @@ def run_bench(options: Options) -> tuple[dict, dict[str, str]]:
             out = summarize(bench, time.time() - started)
             out["run_id"] = lab.run_id
         finally:
-            for ctx in bench.cleanup:
+            for ctx in reversed(bench.cleanup):  # the pods nodes before the agent they use
                 ctx.__exit__(None, None, None)
     return out, write_outputs(out, options)
 

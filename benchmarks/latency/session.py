@@ -47,6 +47,14 @@ class Mode:
     provenance: dict[str, str] = field(default_factory=dict)  # plugin type -> "ours"/"reference"
     skipped: dict[str, str] = field(default_factory=dict)  # plugin type -> why it is left out
     pods: list[str] = field(default_factory=list)
+    kind: str = "ours"  # "ours" (cold, warm) or "reference"
+    portmap_backend: Optional[str] = None  # the "backend" key this mode's portmap gets (None: its default)
+    reference: str = ""  # reference modes: the --reference name this mode runs (several modes may share one)
+    version: str = ""  # reference modes: the package version, when known
+
+    @property
+    def is_reference(self) -> bool:
+        return self.kind == "reference"
 
     @property
     def chain(self) -> ConfList:
@@ -76,6 +84,9 @@ class Bench:
         self.our_bin = os.path.join(lab.workdir, "bin")
         self.cleanup: list[Any] = []  # context managers to exit when the bench ends (the agent)
         self.executables = ""  # "native shim" or "python launcher": what our installed plugins are
+        self.primary_reference_dir = ""  # the first reference's plugins: fallback stand-ins, loopback
+        self.pod_rows: list[dict] = []  # one row per pod of the pods phase (bench.pods)
+        self.pods_runtime: dict = {}  # the pods phase's runtime: containerd's version, where it ran
 
     def recorder(self, mode: Mode) -> Callable[[ExecRecord], None]:
         """The ``on_exec`` hook for ``mode``'s runtimes."""
@@ -105,7 +116,7 @@ class Bench:
                 mode = self.modes[mode_name]
                 self.samples.append(
                     Sample(mode_name, phase, rec.plugin, rec.command, rec.seconds, rec.code, present,
-                           mode.provenance.get(rec.plugin, "ours" if mode_name != "reference" else "reference"))
+                           mode.provenance.get(rec.plugin, "reference" if mode.is_reference else "ours"))
                 )
 
     def error(self, phase: str, mode: str, what: str, exc: BaseException) -> None:
@@ -123,6 +134,9 @@ class Bench:
         """The modes, first-to-last on even rounds and reversed on odd ones, so noise hits all alike."""
         modes = list(self.modes.values())
         return modes if i % 2 == 0 else modes[::-1]
+
+    def reference_modes(self) -> list[Mode]:
+        return [m for m in self.modes.values() if m.is_reference]
 
     def which(self, mode: Mode, ptype: str) -> Optional[str]:
         """"ours" or "reference": whose binary ``mode`` runs for ``ptype``; None when it has none."""

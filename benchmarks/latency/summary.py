@@ -1,9 +1,14 @@
-"""The bench's result document (schema ``cnichain-bench/1``): every sample reduced to statistics.
+"""The bench's result document (schema ``cnichain-bench/2``): every sample reduced to statistics.
 
 Pure apart from reading the clock and the machine's identity for the header: it takes what the
 phases recorded on a :class:`~cnichain.benchmarks.latency.session.Bench` (or anything with the same
 attributes) and returns a JSON-ready dict that the table, the chart and the targets are built from.
 Only successful execs count; failures are listed under ``errors``.
+
+A run may compare against several references (``references``: their mode names, the first is the
+primary).  Wherever a cell has numbers of ours and of references, ``ratios`` holds one ratio of
+medians per pair, keyed ``"<ours mode>/<reference mode>"`` (``cold/ref-1.9.1-nft``); ``ratio``
+(and ``ratio_warm`` where it was) is ours against the primary reference, as in schema 1.
 """
 
 from __future__ import annotations
@@ -13,15 +18,42 @@ import platform
 import time
 from typing import Any, Callable, Optional
 
-from cnichain.benchmarks.latency.stats import median_ratio, stats, targets
+from cnichain.benchmarks.latency.stats import median_ratio, targets
+from cnichain.benchmarks.measure import stats
 
-SCHEMA = "cnichain-bench/1"
+SCHEMA = "cnichain-bench/2"
 COMMANDS = ("ADD", "DEL", "ADD+DEL")
 
 
-def ours_mode(modes: list[str]) -> Optional[str]:
-    """The mode whose numbers stand for "ours": cold when it ran, else the first non-reference one."""
-    return "cold" if "cold" in modes else (modes[0] if modes and modes[0] != "reference" else None)
+def ours_mode(modes: list[str], refs: tuple[str, ...] = ("reference",)) -> Optional[str]:
+    """The mode whose numbers stand for "ours": cold when it ran, else the first mode when it is not
+    a reference."""
+    return "cold" if "cold" in modes else (modes[0] if modes and modes[0] not in refs else None)
+
+
+def reference_names(bench: Any) -> list[str]:
+    """The reference modes of ``bench``, in order (a mode without a kind is one when named "reference")."""
+    return [name for name, m in bench.modes.items()
+            if getattr(m, "kind", "reference" if name == "reference" else "ours") == "reference"]
+
+
+class Pairs:
+    """Which ours/reference pairs a run has: ours modes (cold, warm) x reference modes."""
+
+    def __init__(self, ours: list[str], refs: list[str], primary_ours: Optional[str]) -> None:
+        self.ours, self.refs, self.primary_ours = ours, refs, primary_ours
+        self.primary = refs[0] if refs else None
+
+    def each(self) -> list[tuple[str, str, str]]:
+        return [(f"{o}/{r}", o, r) for o in self.ours for r in self.refs]
+
+    def add(self, cells: dict, ratio_of: Callable[[Any, Any], Any] = median_ratio) -> None:
+        """``ratios`` per pair present in ``cells``, and ``ratio``: primary ours / primary reference."""
+        ratios = {key: ratio_of(cells[o], cells[r]) for key, o, r in self.each() if o in cells and r in cells}
+        if ratios:
+            cells["ratios"] = ratios
+        if self.primary_ours in cells and self.primary in cells:
+            cells["ratio"] = ratio_of(cells[self.primary_ours], cells[self.primary])
 
 
 def _with_impl(values: dict[str, list[float]], impl: Callable[[str], str]) -> dict:
@@ -29,15 +61,12 @@ def _with_impl(values: dict[str, list[float]], impl: Callable[[str], str]) -> di
     return {m: dict(stats(v), impl=impl(m)) for m, v in values.items()}
 
 
-def _add_ratio(cells: dict, ours: Optional[str]) -> None:
-    if ours in cells and "reference" in cells:
-        cells["ratio"] = median_ratio(cells[ours], cells["reference"])
-
-
 def summarize(bench: Any, elapsed: float) -> dict:
     samples = [s for s in bench.samples if s.code == 0]
     modes = list(bench.modes)
-    ours = ours_mode(modes)
+    refs = reference_names(bench)
+    ours = ours_mode(modes, tuple(refs))
+    pairs = Pairs([m for m in modes if m not in refs], refs, ours)
 
     def pick(**kw: Any) -> list[float]:
         return [s.seconds for s in samples if all(getattr(s, k) == v for k, v in kw.items())]
@@ -52,8 +81,8 @@ def summarize(bench: Any, elapsed: float) -> dict:
                     "loadavg_start_end": getattr(bench, "loadavg", None)},
         "options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(bench.o).items()},
         "elapsed_seconds": elapsed,
-        "modes": {m.name: {"bin_dirs": m.bin_dirs, "plugins": m.provenance, "skipped": m.skipped}
-                  for m in bench.modes.values()},
+        "modes": {m.name: _mode_info(m, m.name in refs) for m in bench.modes.values()},
+        "references": refs,
         "floor": stats(pick(phase="floor", mode="python")),
         "shim_floor": stats(pick(phase="floor", mode="shim")),
         "executables": getattr(bench, "executables", ""),
@@ -61,15 +90,27 @@ def summarize(bench: Any, elapsed: float) -> dict:
         "errors": bench.errors,
     }
     out["version"] = _version(bench, modes, pick)
-    out["chain"] = _per_plugin(samples, "chain", impl_of, ours)
-    out["chain_totals"] = _chain_totals(bench, modes, ours)
-    ref_types = set(bench.modes["reference"].provenance) if "reference" in bench.modes else set()
-    out["status"] = _status(getattr(bench, "status_sweeps", []), ours, ref_types)
-    out["parallel"] = _parallel(bench, ours)
+    for cells in out["version"].values():
+        pairs.add(cells)
+    ref_types = {p for r in refs for p in bench.modes[r].provenance}
+    out["chain"] = _per_plugin(samples, "chain", impl_of, pairs)
+    out["chain_totals"] = _chain_totals(bench, modes, pairs, ref_types)
+    out["status"] = _status(getattr(bench, "status_sweeps", []), pairs, ref_types)
+    out["parallel"] = _parallel(bench, pairs)
     out["parallel_pods"] = bench.o.parallel
-    out["growth"] = _growth(samples, impl_of, ours)
-    out["targets"] = targets(out, ours)
+    out["growth"] = _growth(samples, impl_of, pairs)
+    out["pods"] = _pods(getattr(bench, "pod_rows", []), pairs, getattr(bench, "pods_runtime", {}))
+    out["targets"] = [row for ref in refs for row in targets(out, ours, ref, len(refs) > 1)] if refs else []
     return out
+
+
+def _mode_info(mode: Any, is_reference: bool) -> dict:
+    info = {"bin_dirs": mode.bin_dirs, "plugins": mode.provenance, "skipped": mode.skipped,
+            "kind": "reference" if is_reference else "ours"}
+    if is_reference:
+        info.update(reference=getattr(mode, "reference", "") or mode.name, version=getattr(mode, "version", ""),
+                    portmap_backend=getattr(mode, "portmap_backend", None))
+    return info
 
 
 def _version(bench: Any, modes: list[str], pick: Callable[..., list[float]]) -> dict:
@@ -83,7 +124,7 @@ def _version(bench: Any, modes: list[str], pick: Callable[..., list[float]]) -> 
     return version
 
 
-def _per_plugin(samples: list, phase: str, impl_of: Callable[[str], Callable[[str], str]], ours: Optional[str]) -> dict:
+def _per_plugin(samples: list, phase: str, impl_of: Callable[[str], Callable[[str], str]], pairs: Pairs) -> dict:
     """plugin -> command -> {mode: cell, "ratio": ours/reference} for one phase's samples."""
     per: dict[str, dict] = {}
     for s in samples:
@@ -92,11 +133,11 @@ def _per_plugin(samples: list, phase: str, impl_of: Callable[[str], Callable[[st
     result = {p: {c: _with_impl(cm, impl_of(p)) for c, cm in pc.items()} for p, pc in per.items()}
     for pc in result.values():
         for cells in pc.values():
-            _add_ratio(cells, ours)
+            pairs.add(cells)
     return result
 
 
-def _growth(samples: list, impl_of: Callable[[str], Callable[[str], str]], ours: Optional[str]) -> dict:
+def _growth(samples: list, impl_of: Callable[[str], Callable[[str], str]], pairs: Pairs) -> dict:
     """plugin -> command -> pods present (a string key) -> {mode: cell, "ratio": ...}."""
     growth: dict[str, dict] = {}
     for s in samples:
@@ -108,14 +149,14 @@ def _growth(samples: list, impl_of: Callable[[str], Callable[[str], str]], ours:
     for pc in result.values():
         for lv in pc.values():
             for cells in lv.values():
-                _add_ratio(cells, ours)
+                pairs.add(cells)
     return result
 
 
-def _chain_totals(bench: Any, modes: list[str], ours: Optional[str]) -> dict:
+def _chain_totals(bench: Any, modes: list[str], pairs: Pairs, ref_types: set[str]) -> dict:
     """Per-pod chain totals per mode: "all" its plugins, and "like_for_like" -- only the plugin types
-    the reference chain has, so a plugin the reference lacks does not count against us."""
-    ref_types = set(bench.modes["reference"].provenance) if "reference" in bench.modes else set()
+    a reference chain has, so a plugin no reference has does not count against us; ratios compare
+    ours like for like with the reference's whole chain."""
     totals: dict[str, dict] = {}
     for m in modes:
         per_pod: dict[int, dict[str, float]] = {}
@@ -126,11 +167,18 @@ def _chain_totals(bench: Any, modes: list[str], ours: Optional[str]) -> dict:
             per_pod.setdefault(t["pod"], {})[t["command"]] = t["seconds"]
             like.setdefault(t["pod"], {})[t["command"]] = sum(
                 v for k, v in t["plugins"].items() if not ref_types or k in ref_types)
+        if not per_pod:
+            continue  # the chain phase did not run (or every pod of this mode failed)
         totals[m] = {key: _add_del(table) for key, table in (("all", per_pod), ("like_for_like", like))}
-    for key, mode in (("ratio", ours), ("ratio_warm", "warm")):
-        if mode in totals and "reference" in totals:
-            totals[key] = {c: median_ratio(totals[mode]["like_for_like"][c], totals["reference"]["all"][c])
-                           for c in COMMANDS}
+    def per_command(o: str, r: str) -> dict:
+        return {c: median_ratio(totals[o]["like_for_like"][c], totals[r]["all"][c]) for c in COMMANDS}
+
+    ratios = {key: per_command(o, r) for key, o, r in pairs.each() if o in totals and r in totals}
+    if ratios:
+        totals["ratios"] = ratios
+    for key, mode in (("ratio", pairs.primary_ours), ("ratio_warm", "warm")):
+        if mode in totals and pairs.primary in totals:
+            totals[key] = ratios[f"{mode}/{pairs.primary}"]
     return totals
 
 
@@ -142,23 +190,22 @@ def _add_del(table: dict[int, dict[str, float]]) -> dict:
     }
 
 
-def _parallel(bench: Any, ours: Optional[str]) -> dict:
+def _parallel(bench: Any, pairs: Pairs) -> dict:
     """mode -> command -> wall time per batch; batches with a failure are left out."""
     par: dict[str, dict] = {}
     for row in bench.parallel:
         if not row["failed"]:
             par.setdefault(row["mode"], {}).setdefault(row["command"], []).append(row["wall_seconds"])
     result: dict[str, dict] = {m: {c: stats(v) for c, v in cm.items()} for m, cm in par.items()}
-    if ours in par and "reference" in par:
-        result["ratio"] = {c: median_ratio(result[ours].get(c, {}), result["reference"].get(c, {})) for c in ("ADD", "DEL")}
+    pairs.add(result, lambda o, r: {c: median_ratio(o.get(c, {}), r.get(c, {})) for c in ("ADD", "DEL")})
     return result
 
 
-def _status(rows: list[dict], ours: Optional[str], ref_types: set[str]) -> dict:
+def _status(rows: list[dict], pairs: Pairs, ref_types: set[str]) -> dict:
     """mode -> the STATUS sweep's cost: per sweep (the whole chain; "like_for_like" only the plugin
-    types the reference chain has; "later_sweeps" without the first), per plugin, and which plugins
-    failed it; plus like-for-like ours/reference and warm/reference ratios of the medians.  Every
-    exec counts, failed or not: a node pays for it either way."""
+    types a reference chain has; "later_sweeps" without the first), per plugin, and which plugins
+    failed it; plus like-for-like ours/reference ratios of the medians per pair.  Every exec
+    counts, failed or not: a node pays for it either way."""
     per_mode: dict[str, list[dict]] = {}
     for row in rows:
         per_mode.setdefault(row["mode"], []).append(row)
@@ -180,7 +227,32 @@ def _status(rows: list[dict], ours: Optional[str], ref_types: set[str]) -> dict:
             "plugins": {p: stats(v) for p, v in plugins.items()},
             "failed": failed,
         }
-    for key, which in (("ratio", ours), ("ratio_warm", "warm")):
-        if which in result and "reference" in result:
-            result[key] = median_ratio(result[which]["like_for_like"], result["reference"]["sweep"])
+    ratios = {key: median_ratio(result[o]["like_for_like"], result[r]["sweep"])
+              for key, o, r in pairs.each() if o in result and r in result}
+    if ratios:
+        result["ratios"] = ratios
+    for key, which in (("ratio", pairs.primary_ours), ("ratio_warm", "warm")):
+        if which in result and pairs.primary in result:
+            result[key] = ratios[f"{which}/{pairs.primary}"]
+    return result
+
+
+POD_STEPS = ("run", "stop_remove", "total")
+
+
+def _pods(rows: list[dict], pairs: Pairs, runtime: dict) -> dict:
+    """The pods phase: mode -> {run, stop_remove, total} per pod (ms statistics), pods that failed
+    left out; ``ratios`` per pair and step; ``runtime`` says which containerd ran them."""
+    if not rows and not runtime:
+        return {}
+    per: dict[str, dict[str, list[float]]] = {}
+    for row in rows:
+        if row["ok"]:
+            steps = per.setdefault(row["mode"], {s: [] for s in POD_STEPS})
+            for step in POD_STEPS:
+                steps[step].append(row[step])
+    result: dict[str, Any] = {m: {s: stats(v) for s, v in steps.items()} for m, steps in per.items()}
+    pairs.add(result, lambda o, r: {s: median_ratio(o[s], r[s]) for s in POD_STEPS})
+    result["runtime"] = runtime
+    result["failed"] = sum(1 for row in rows if not row["ok"])
     return result

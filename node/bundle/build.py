@@ -21,6 +21,7 @@ import shutil
 import time
 from dataclasses import dataclass
 
+from cnichain.common import atomic
 from cnichain.node.bundle import debian, elf, executables, layout
 from cnichain.node.bundle.sources import Plan, plan_tree
 
@@ -80,11 +81,7 @@ def _tree_size(path: str) -> tuple[int, int]:
 
 def _write_file(path: str, data: bytes, mode: int) -> None:
     os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-    tmp = path + ".tmp-build"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    atomic.write_file(path, data, mode)
 
 
 def _manifest(plan: Plan, prefix: str, tree_id: str, stamp: str = "") -> dict:

@@ -142,6 +142,27 @@ def ifb_links(host: Any) -> list[Link]:
     return out
 
 
+def veth_links(host: Any) -> list[Link]:
+    """All veths of the namespace (a node view looks for TBFs on them)."""
+    return [link for link in map(_link, host.get_links()) if link.kind == "veth"]
+
+
+def ifb_alias(network: str, container_id: str) -> str:
+    """The alias that marks an IFB as ours and names its attachment (the kernel keeps 255 bytes)."""
+    return f"{IFB_ALIAS_PREFIX} net={network} id={container_id}"[:255]
+
+
+def alias_owner(alias: str) -> Optional[tuple[str, str]]:
+    """(network, container ID) an :func:`ifb_alias` names; None for any other alias."""
+    head = f"{IFB_ALIAS_PREFIX} net="
+    if not alias.startswith(head):
+        return None
+    network, sep, container_id = alias[len(head):].partition(" id=")
+    if not (sep and network and container_id) or " " in network or " " in container_id:
+        return None
+    return network, container_id
+
+
 # -- qdiscs ----------------------------------------------------------------------------------
 
 _TBF_MSG_CLASS = None

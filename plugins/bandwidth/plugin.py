@@ -24,7 +24,7 @@ from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import Interface, Result
 
 from . import plan
-from .config import BandwidthConfig, ifb_name, load
+from .config import IFB_PREFIX, BandwidthConfig, ifb_name, load
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
@@ -49,9 +49,9 @@ def _plans(cfg: BandwidthConfig, tick: float) -> tuple[Optional[plan.TbfParams],
 
 def _ifb_alias(req: Request) -> str:
     """Marks the IFB as ours and names its attachment, so GC can tell whose it is."""
-    from .kernel import IFB_ALIAS_PREFIX
+    from .kernel import ifb_alias
 
-    return f"{IFB_ALIAS_PREFIX} net={req.network_name} id={req.container_id}"
+    return ifb_alias(req.network_name, req.container_id)
 
 
 def _host_veth(host: Any, req: Request, prev: Result) -> Any:
@@ -162,7 +162,7 @@ def _veths_for_del(host: Any, req: Request, prev: Optional[Result]) -> list[Any]
             pass  # no such interface in the pod any more
     if prev is None:
         return []
-    names = [i.name for i in prev.interfaces if not i.sandbox and not i.name.startswith("bwp")]
+    names = [i.name for i in prev.interfaces if not i.sandbox and not i.name.startswith(IFB_PREFIX)]
     return kernel.iter_candidates(host, names)
 
 

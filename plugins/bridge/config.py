@@ -1,6 +1,6 @@
 """bridge network config: parse and validate into a frozen record before anything touches the kernel.
 
-Keys, defaults and error texts follow the reference bridge plugin (plugins-and-spec.md section 6.1).
+Keys, defaults and error texts follow the reference bridge plugin.
 The decoding is :mod:`cnichain.common.gojson` driven by :data:`SCHEMA`, a copy of the reference's
 ``NetConf`` (libcni's ``types.NetConf`` embedded): keys match case-insensitively (``IsGateway``,
 ``IPMasq``), ``null`` leaves the default, and a wrong JSON type fails with Go's text, so a config

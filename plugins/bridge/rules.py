@@ -49,6 +49,14 @@ def comment(network: str, container_id: str, ifname: str) -> str:
     return text[:COMMENT_MAX]
 
 
+def attachment_of(rule_comment: str) -> Optional[tuple[str, str, str]]:
+    """(network, ifname, container ID) that :func:`comment` wrote into ``rule_comment``; None when
+    it names no network or container (not one of ours, or cut short by ``COMMENT_MAX``)."""
+    fields = dict(part.strip().split(": ", 1) for part in rule_comment.split(",")[1:] if ": " in part)
+    network, ifname, container_id = fields.get("net", ""), fields.get("if", ""), fields.get("id", "")
+    return (network, ifname, container_id) if network and container_id else None
+
+
 # -- masquerade ------------------------------------------------------------------------------------
 
 def masq_table_and_chain() -> list[dict]:

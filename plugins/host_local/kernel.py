@@ -20,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import os
 
+from cnichain.common import atomic
 from cnichain.common.errors import plugin_error
 from cnichain.common.kernel_errors import KernelError
 from cnichain.common.record import FrozenRecord
@@ -248,30 +249,18 @@ class DiskStore:
         return os.path.join(self.dir, name)
 
     def _write_temp(self, data: bytes) -> str:
+        """A new temporary file holding ``data``, named so the next lock holder sweeps it."""
         for _ in range(16):
-            path = self._path(f"{TEMP_PREFIX}{os.getpid()}-{os.urandom(4).hex()}")
+            path = atomic.temp_sibling(self._path(TEMP_PREFIX), TEMP_PREFIX)
             try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE)
+                atomic.write_new(path, data, _FILE_MODE)  # the reference's mode whatever the umask
             except FileExistsError:
                 continue
-            try:
-                os.fchmod(fd, _FILE_MODE)  # umask must not widen or narrow the reference's mode
-                _write_all(fd, data)
-            except BaseException:
-                os.close(fd)
-                _unlink_quiet(path)
-                raise
-            os.close(fd)
             return path
         raise plugin_error(f"could not create a temporary file in {self.dir}")
 
     def _replace(self, name: str, data: bytes) -> None:
-        tmp = self._write_temp(data)
-        try:
-            os.replace(tmp, self._path(name))
-        except BaseException:
-            _unlink_quiet(tmp)
-            raise
+        atomic.write_file(self._path(name), data, _FILE_MODE, temp_prefix=TEMP_PREFIX)
 
     def _remove_temp_files(self) -> None:
         """Leftovers of writers killed mid-write; only safe to call with the lock held."""
@@ -327,12 +316,6 @@ class _Locked:
         if self.fd >= 0:
             fd, self.fd = self.fd, -1
             os.close(fd)  # closing drops the flock
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _unlink_quiet(path: str) -> None:

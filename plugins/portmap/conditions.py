@@ -192,3 +192,31 @@ def validated(tokens: tuple[str, ...], key: str) -> tuple[dict, ...]:
             f"failed to parse config: {key} is not a single nftables match expression: {joined!r}",
             f"{exc}; supported: ip/ip6 saddr|daddr, iifname, oifname, meta l4proto, tcp/udp dport|sport",
         ) from None
+
+
+def _text_of(value: Value, quoted: bool) -> str:
+    if isinstance(value, dict) and isinstance(value.get("set"), list):
+        return "{ " + ", ".join(_text_of(v, quoted) for v in value["set"]) + " }"
+    if isinstance(value, dict) and isinstance(value.get("prefix"), dict):
+        return f"{value['prefix'].get('addr')}/{value['prefix'].get('len')}"
+    if isinstance(value, dict) and isinstance(value.get("range"), list):
+        return "-".join(str(v) for v in value["range"])
+    return f'"{value}"' if quoted and isinstance(value, str) else str(value)
+
+
+def render(exprs: list[dict]) -> str:
+    """The nft text of ``exprs`` as :func:`parse` reads it (the inverse, as ``nft list`` prints
+    the same matches); an expression outside the subset is shown as its JSON."""
+    import json
+
+    selectors = {json.dumps(left, sort_keys=True): words for words, (left, _) in _SELECTORS.items()}
+    out = []
+    for expr in exprs:
+        match = expr.get("match") if isinstance(expr, dict) else None
+        words = selectors.get(json.dumps(match.get("left"), sort_keys=True)) if isinstance(match, dict) else None
+        if not isinstance(match, dict) or words is None or match.get("op") not in ("==", "!="):
+            out.append(json.dumps(expr, sort_keys=True))
+            continue
+        op = "" if match["op"] == "==" else "!= "
+        out.append(f"{' '.join(words)} {op}{_text_of(match.get('right'), words[-1].endswith('ifname'))}")
+    return " ".join(out)

@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # annotations only
 
     from cnichain.common.types import Result
 
+    from .listing import HeldMapping
     from .plan import OwnerPlan
 
 ATTEMPTS = 6
@@ -85,6 +86,15 @@ class _netns_lock:
 def snapshot() -> Optional[Snapshot]:
     objs = _list(f"table {names.FAMILY_TABLE}")
     return None if objs is None else Snapshot.from_json(objs)
+
+
+def listed_mappings() -> list[HeldMapping]:
+    """Every container's port mappings as our table holds them ([] when there is no table): the
+    read-only view of a node (``cnichain inspect``), read as the plugin reads its own rules."""
+    from .listing import mappings_in
+
+    objs = _list(f"table {names.FAMILY_TABLE}")
+    return [] if objs is None else mappings_in(objs)
 
 
 def owner_comments(owner: str) -> Optional[list[str]]:

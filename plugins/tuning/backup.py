@@ -25,6 +25,15 @@ def backup_path(data_dir: str, container_id: str, ifname: str) -> str:
     return os.path.join(data_dir, f"{container_id}_{ifname}.json")
 
 
+def owner_of(file_name: str) -> Optional[tuple[str, str]]:
+    """(container ID, ifname) a :func:`backup_path` file name stands for (the ifname is after the
+    last ``_``: a container ID may hold one, an interface name may not); None for any other name."""
+    if not file_name.endswith(".json"):
+        return None
+    container_id, sep, ifname = file_name[: -len(".json")].rpartition("_")
+    return (container_id, ifname) if sep and container_id and ifname else None
+
+
 def load(path: str) -> Optional[dict]:
     """The backup at ``path``; None when there is none; {} when it is unreadable garbage."""
     try:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 
-from cnichain.common import sysctl
+from cnichain.common import atomic, sysctl
 from cnichain.common.errors import CniError, plugin_error
 from cnichain.common.kernel_errors import KernelError, reported_as
 from cnichain.common.record import FrozenRecord
@@ -130,7 +130,8 @@ def restore_sysctl(path: str, old: str, new: str) -> bool:
 
 
 def save_backup(path: str, data: dict) -> None:
-    """Write the pre-ADD values atomically (temp file + rename), without ``fsync``.
+    """Write the pre-ADD values atomically (temp file + rename, :mod:`cnichain.common.atomic`),
+    without ``fsync``.
 
     The rename is what a killed plugin needs: the file is whole or absent, never half written.
     An fsync would only protect it against a power loss -- after which the pod's namespace and
@@ -142,16 +143,9 @@ def save_backup(path: str, data: dict) -> None:
         os.makedirs(directory, mode=0o700, exist_ok=True)
     except OSError as exc:
         raise plugin_error(f"failed to create backup directory: {exc.strerror}: {directory}") from None
-    tmp = f"{path}.tmp{os.getpid()}"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, json.dumps(data, indent=1, sort_keys=True).encode())
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        atomic.write_file(path, json.dumps(data, indent=1, sort_keys=True).encode(), 0o600)
     except OSError as exc:
-        _unlink(tmp)
         raise plugin_error(f"failed to save file {os.path.basename(path)}: {exc.strerror}") from None
 
 

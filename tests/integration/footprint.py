@@ -13,10 +13,13 @@ import json
 import os
 from typing import Any
 
+from cnichain.plugins.bridge.rules import MASQ_TABLE, SPOOF_TABLE
+from cnichain.plugins.host_local.kernel import LAST_IP_PREFIX, LOCK_NAME, TEMP_PREFIX
+from cnichain.plugins.portmap.names import TABLE as PORTMAP_TABLE_NAME
 from cnichain.tools.lab import Lab
 from tests.runtime.leftovers import PORTMAP_OWNED_PREFIXES, PORTMAP_TABLE
 
-OWNED_TABLES = ("cnichain_portmap", "cnichain_masquerade", "cnichain_macspoof")
+OWNED_TABLES = (PORTMAP_TABLE_NAME, MASQ_TABLE, SPOOF_TABLE)
 
 
 def _strip(value: Any) -> Any:
@@ -84,8 +87,8 @@ def footprint(lab: Lab, workdir: str = "", cache_dir: str = "") -> dict[str, set
         "nft": nft_items(lab),
         "links": links(lab),
         "qdiscs": qdiscs(lab),
-        "reservations": files(os.path.join(workdir, "ipam"), skip=("lock", "last_reserved_ip", ".cnichain-tmp")),
-        "ipam temp files": {f for f in files(os.path.join(workdir, "ipam")) if ".cnichain-tmp" in f},
+        "reservations": files(os.path.join(workdir, "ipam"), skip=(LOCK_NAME, LAST_IP_PREFIX, TEMP_PREFIX)),
+        "ipam temp files": {f for f in files(os.path.join(workdir, "ipam")) if TEMP_PREFIX in f},
         "tuning backups": files(os.path.join(workdir, "tuning")),
         "result cache": files(os.path.join(cache_dir, "results")),
     }

@@ -17,76 +17,20 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Iterator, Optional
+from typing import Iterator
 
 import pytest
 
 from cnichain.node import install as installer
-from cnichain.node import native_shim
 from cnichain.agent import fetch_metrics, running_agent
 from cnichain.tools.runtime import Attachment, ConfList, Runtime
-from cnichain.common import netns as netns_mod
 from cnichain.common import shim
 
+from tests.integration.agent_setup import (
+    AGENT_ENV, PROBE, Setup, finish, ns_inode, probe_conf, run, start, wait_for,
+)
+
 pytestmark = pytest.mark.integration
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PROBE = "probe=tests.integration.agent_probe"
-AGENT_ENV = {"PYTHONPATH": REPO, "CNICHAIN_TEST_AGENT_ONLY": "secret"}
-
-
-def _probe_launcher(path: str, socket_path: str) -> None:
-    roots = installer.import_roots() + [REPO]
-    src = (
-        f"#!{sys.executable} -IS\n"
-        "import sys\n"
-        f"sys.path[0:0] = {roots!r}\n"
-        "from cnichain.common.shim import forward\n"
-        f"code = forward('probe', {socket_path!r})\n"
-        "if code is not None:\n"
-        "    sys.exit(code)\n"
-        "from cnichain.common.skel import run_plugin\n"
-        "from tests.integration.agent_probe import PLUGIN\n"
-        "sys.exit(run_plugin(PLUGIN))\n"
-    )
-    with open(path, "w") as fh:
-        fh.write(src)
-    os.chmod(path, 0o755)
-
-
-class Setup:
-    def __init__(self, root: str) -> None:
-        self.root = root
-        self.sock = os.path.join(root, "run", "agent.sock")
-        self.warm = os.path.join(root, "warm")
-        self.cold = os.path.join(root, "cold")
-        installer.install(self.warm, agent_socket=self.sock)
-        installer.install(self.cold, agent_socket="")
-        _probe_launcher(os.path.join(self.warm, "probe"), self.sock)
-        _probe_launcher(os.path.join(self.cold, "probe"), "")
-        self.native_probe = ""  # the probe behind the native shim, when it was built
-        binary = native_shim.built_binary()
-        if binary:
-            self.native_probe = os.path.join(root, "native", "probe")
-            os.makedirs(os.path.dirname(self.native_probe))
-            with open(binary, "rb") as fh:
-                config = native_shim.ShimConfig("probe", self.sock, os.path.join(self.cold, "probe"))
-                data = native_shim.configure(fh.read(), config)
-            with open(self.native_probe, "wb") as fh:
-                fh.write(data)
-            os.chmod(self.native_probe, 0o755)
-        self.record = os.path.join(root, "record.jsonl")
-
-    def agent(self, *args: str):
-        return running_agent(self.sock, args=("--plugin", PROBE, *args), env=AGENT_ENV)
-
-    def records(self) -> list[dict]:
-        try:
-            with open(self.record) as fh:
-                return [json.loads(line) for line in fh if line.strip()]
-        except FileNotFoundError:
-            return []
-
 
 @pytest.fixture
 def setup(tmp_path) -> Setup:
@@ -102,50 +46,6 @@ def open_setup() -> Iterator[Setup]:
         yield Setup(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-
-
-def start(bin_dir: str, plugin: str, command: str, conf: object, node: Optional[str] = None,
-          umask: int = -1, **env: str) -> subprocess.Popen:
-    """Exec a launcher as a runtime does; with ``node``, from a thread inside that namespace."""
-    base = {"CNI_COMMAND": command, "CNI_CONTAINERID": "agent-ctr", "CNI_NETNS": "/run/netns/none",
-            "CNI_IFNAME": "eth0", "CNI_PATH": bin_dir, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-    base.update(env)
-    stdin = conf if isinstance(conf, bytes) else json.dumps(conf).encode()
-    kw = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=base, umask=umask)
-    if node:
-        with netns_mod.entered(node):
-            proc = subprocess.Popen([os.path.join(bin_dir, plugin)], **kw)
-    else:
-        proc = subprocess.Popen([os.path.join(bin_dir, plugin)], **kw)
-    proc.stdin.write(stdin)
-    proc.stdin.close()
-    return proc
-
-
-def finish(proc: subprocess.Popen, timeout: float = 60) -> tuple[int, bytes, bytes]:
-    out = proc.stdout.read()
-    err = proc.stderr.read()
-    proc.wait(timeout)
-    return proc.returncode, out, err
-
-
-def run(bin_dir: str, plugin: str, command: str, conf: object, node: Optional[str] = None, **env: str):
-    return finish(start(bin_dir, plugin, command, conf, node, **env))
-
-
-def probe_conf(setup: Setup, **extra) -> dict:
-    return {"cniVersion": "1.0.0", "name": "probenet", "type": "probe", "record": setup.record, **extra}
-
-
-def wait_for(predicate, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
-
-
-def ns_inode(path: str) -> int:
-    return os.stat(path).st_ino
 
 
 # -- byte-for-byte the same as the cold path -----------------------------------------------------

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from cnichain.agent import agent_command, fetch_metrics
-from tests.integration.test_agent import AGENT_ENV, PROBE, Setup, probe_conf, run, wait_for
+from tests.integration.agent_setup import AGENT_ENV, PROBE, Setup, probe_conf, run, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from tests.integration.test_agent import Setup, run, wait_for
+from tests.integration.agent_setup import Setup, run, wait_for
 
 pytestmark = pytest.mark.integration
 

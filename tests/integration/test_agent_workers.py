@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from tests.integration.test_agent import Setup, finish, probe_conf, run, start, wait_for
+from tests.integration.agent_setup import Setup, finish, probe_conf, run, start, wait_for
 
 pytestmark = pytest.mark.integration
 

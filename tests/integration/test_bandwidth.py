@@ -21,7 +21,7 @@ import pytest
 
 from cnichain.tools.lab import isolate_conflist
 from cnichain.tools.runtime import Attachment, ConfList, Runtime
-from cnichain.plugins.bandwidth.config import ifb_name
+from cnichain.plugins.bandwidth.config import IFB_PREFIX, ifb_name
 from tests.specver import (
     CHECK_VERSIONS,
     assert_check_refused,
@@ -168,7 +168,7 @@ def test_ingress_only_creates_no_ifb(lab, make_runtime, plugin_dir, reference_di
     assert root_tbf(lab, veth)["options"]["rate"] == 125_000
     assert not has_ingress(lab, veth)
     assert link(lab, ifb_name("bwtest", "ctr1")) is None
-    assert all(not i["name"].startswith("bwp") for i in result["interfaces"])
+    assert all(not i["name"].startswith(IFB_PREFIX) for i in result["interfaces"])
     check_as_runtime(rt, conf, att)
     rt.delete(conf, att)
 

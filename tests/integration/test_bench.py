@@ -9,6 +9,7 @@ import pytest
 
 from cnichain.benchmarks import latency as bench
 from cnichain.tools.lab import leftover_namespaces
+from tests.conftest import reference_dir_of
 
 pytestmark = pytest.mark.integration
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.integration
 def _tiny(tmp_path, reference_dir: str, **kw) -> bench.Options:
     base = dict(pods=2, parallel=2, parallel_rounds=1, growth=(0, 3), growth_samples=1, floor_samples=2, status_sweeps=2,
                 modes=("cold", "reference"), reference_dir=reference_dir, output_dir=str(tmp_path / "out"),
-                quiet=True)
+                quiet=True, phases=tuple(p for p in bench.PHASES if p != "pods"))
     base.update(kw)
     return bench.Options(**base)
 
@@ -54,13 +55,60 @@ def test_tiny_bench_side_by_side(tmp_path, reference_dir):
     assert {t["target"].split()[0] for t in out["targets"]} >= {"chain"}
     # files: JSON equal to the summary, a table, and a chart or a note why not
     with open(files["json"]) as fh:
-        assert json.load(fh)["schema"] == "cnichain-bench/1"
+        assert json.load(fh)["schema"] == "cnichain-bench/2"
     table = open(files["table"]).read()
-    assert "chain totals per pod" in table and "growth" in table and "ours/ref" in table and "STATUS sweep" in table
+    assert "chain totals per pod" in table and "growth" in table and "ours/" in table and "STATUS sweep" in table
     assert "png" in files or any(n.startswith("chart skipped") for n in out["notes"])
     if "png" in files:
         with open(files["png"], "rb") as fh:
             assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_both_references_on_either_portmap_backend(tmp_path, reference_dir):
+    """1.1.1 (iptables only) and 1.9.1 on each portmap backend, side by side in one run."""
+    newer = reference_dir_of("1.9.1")
+    out, files = bench.run_bench(_tiny(
+        tmp_path, reference_dir, pods=1, parallel=0, growth=(0,), status_sweeps=1, phases=("chain", "status", "growth"),
+        references=(("ref-1.1.1", reference_dir), ("ref-1.9.1", newer)),
+        reference_portmap_backends=("iptables", "nftables"), chart=False))
+    assert not leftover_namespaces(f"cnib-{out['run_id']}"), "the bench left namespaces behind"
+    refs = ["ref-1.1.1", "ref-1.9.1-iptables", "ref-1.9.1-nft"]
+    assert out["references"] == refs and set(out["modes"]) == {"cold", *refs}
+    assert [out["modes"][r]["portmap_backend"] for r in refs] == [None, "iptables", "nftables"]
+    assert out["modes"]["ref-1.9.1-nft"]["reference"] == "ref-1.9.1"
+    assert any("ref-1.1.1" in n and "backend" in n for n in out["notes"])
+    assert not out["errors"], out["errors"]
+    for cells in (out["chain"]["portmap"]["ADD"], out["growth"]["portmap"]["DEL"]["0"]):
+        assert {r for r in refs if cells[r]["n"] == 1} == set(refs)
+        assert set(cells["ratios"]) == {f"cold/{r}" for r in refs} and all(v > 0 for v in cells["ratios"].values())
+    assert set(out["chain_totals"]["ratios"]) == {f"cold/{r}" for r in refs}
+    assert set(out["status"]["ratios"]) == {f"cold/{r}" for r in refs}
+    assert {t["reference"] for t in out["targets"] if t["target"].startswith("chain")} == set(refs)
+    table = open(files["table"]).read()
+    assert "1.9.1-nft" in table and "1.9.1-ipt" in table and "1.1.1" in table
+
+
+def test_pods_through_containerd_cri(tmp_path, reference_dir):
+    """Whole pods through containerd 2.1's CRI, cold, warm (when the agent is there) and reference."""
+    from cnichain.benchmarks.latency.pods import containerd_dir
+
+    where = containerd_dir(bench.Options.containerd_dir)
+    if not where or not os.path.isfile(os.path.join(where, "containerd")):
+        if os.environ.get("CNICHAIN_DEB_CACHE"):
+            pytest.fail("sid's containerd is missing from the deb cache (./run fetches it)")
+        pytest.skip("sid's containerd is not unpacked (./run tests fetches it)")
+    modes = ("cold", "reference") if bench.warm_unavailable() else ("cold", "warm", "reference")
+    out, files = bench.run_bench(_tiny(tmp_path, reference_dir, pods_e2e=2, modes=modes, phases=("pods",)))
+    assert not leftover_namespaces(f"cnib-{out['run_id']}"), "the bench left namespaces behind"
+    assert not out["errors"], out["errors"]
+    pods = out["pods"]
+    assert pods["runtime"]["version"].startswith("2.") and pods["failed"] == 0
+    for mode in modes:
+        for step in ("run", "stop_remove", "total"):
+            assert pods[mode][step]["n"] == 2 and pods[mode][step]["median_ms"] > 0
+    assert set(pods["ratios"]) == {f"{m}/reference" for m in modes if m != "reference"}
+    assert pods["ratio"]["total"] > 0
+    assert "pods through containerd's CRI" in open(files["table"]).read()
 
 
 def test_ours_alone_without_reference(tmp_path, reference_dir):
@@ -69,7 +117,7 @@ def test_ours_alone_without_reference(tmp_path, reference_dir):
     assert set(out["modes"]) == {"cold"}
     assert "ratio" not in out["chain_totals"]
     assert "png" not in files
-    assert "ours/ref" not in bench.render_table(out)
+    assert "ours/" not in bench.render_table(out)
 
 
 def test_warm_mode_is_reported_when_the_agent_is_missing(tmp_path, reference_dir):

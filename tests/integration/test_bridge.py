@@ -21,6 +21,8 @@ import pytest
 from cnichain.tools.lab import Lab
 from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common.errors import Code
+from cnichain.plugins.bridge.rules import MASQ_CHAIN, MASQ_TABLE, SPOOF_TABLE
+from cnichain.plugins.host_local.kernel import LAST_IP_PREFIX, LOCK_NAME
 from tests.specver import (
     ALL_VERSIONS,
     assert_failed,
@@ -87,7 +89,7 @@ def reserved(lab, network) -> dict[str, str]:
     out = {}
     if os.path.isdir(folder):
         for name in os.listdir(folder):
-            if name == "lock" or name.startswith("last_reserved_ip"):
+            if name == LOCK_NAME or name.startswith(LAST_IP_PREFIX):
                 continue
             with open(os.path.join(folder, name)) as fh:
                 out[name] = fh.read()
@@ -218,7 +220,7 @@ def test_no_masquerade_without_ipmasq(lab, runtime, cni_version):
     pod = lab.netns("pod")
     res = runtime.add(conf, Attachment("c1", pod, "eth0"))
     assert _peer_seen_by_outside(lab, pod, outside) == result_ips(res)[0]["address"].split("/")[0]
-    assert "cnichain_masquerade" not in ruleset(lab)
+    assert MASQ_TABLE not in ruleset(lab)
 
 
 def test_del_with_netns_gone_or_empty_removes_masquerade(lab, runtime, plugin_dir, cni_version):
@@ -263,7 +265,7 @@ def test_check_detects_damage(lab, runtime, check_version):
     assert_failed(info.value, Code.INTERNAL, "Expected Route 0.0.0.0/0", prefix=True)
     lab.run(pod, "ip", "route", "add", "default", "via", "10.77.0.1")
     runtime.check(conf, att)
-    lab.run(lab.node, "nft", "flush", "chain", "inet", "cnichain_masquerade", "postrouting")
+    lab.run(lab.node, "nft", "flush", "chain", "inet", MASQ_TABLE, MASQ_CHAIN)
     with pytest.raises(PluginFailed) as info:
         runtime.check(conf, att)
     assert_failed(info.value, Code.INTERNAL, "masquerade rule for 10.77.0.2 (c1/eth0) is missing")
@@ -418,7 +420,7 @@ def test_macspoofchk_drops_spoofed_frames(lab, runtime, cni_version):
     if result_has_interfaces(cni_version):
         assert res["interfaces"][2]["mac"] == mac
     rules = ruleset(lab)
-    assert "table bridge cnichain_macspoof" in rules and mac in rules
+    assert f"table bridge {SPOOF_TABLE}" in rules and mac in rules
     assert ping(lab, pod, "10.77.0.1")
     lab.run(pod, "ip", "link", "set", "eth0", "address", "02:de:ad:be:ef:01")
     lab.run(lab.node, "ip", "neigh", "flush", "dev", "cni0")

@@ -15,6 +15,7 @@ import pytest
 from cnichain.node import native_shim
 from cnichain.node.bundle import executables, layout
 from cnichain.node.install import PLUGINS
+from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR as HOST_LOCAL_DATA_DIR
 from cnichain.plugins.portmap import names as pm_names
 from tests.emptyroot import run_in_root
 
@@ -74,16 +75,17 @@ def test_cli_version_verbose_in_an_empty_root(bundle, tmp_path):
 
 def test_host_local_add_del_in_an_empty_root(bundle, tmp_path):
     conf = {"cniVersion": "1.0.0", "name": "bundlenet", "type": "bridge",
-            "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.123.0.0/24"}]], "dataDir": "/var/lib/cni/networks"}}
+            "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.123.0.0/24"}]], "dataDir": HOST_LOCAL_DATA_DIR}}
     (tmp_path / "root" / "var/lib/cni").mkdir(parents=True)
     env = {"CNI_CONTAINERID": "c1", "CNI_NETNS": "/run/netns/none", "CNI_IFNAME": "eth0", "CNI_PATH": f"{PREFIX}/bin"}
     add = run(bundle, tmp_path, [f"{PREFIX}/bin/host-local"], env=dict(env, CNI_COMMAND="ADD"), stdin=json.dumps(conf).encode())
     assert add.returncode == 0, add.stdout + add.stderr
     assert json.loads(add.stdout)["ips"][0]["address"] == "10.123.0.2/24"
-    assert (tmp_path / "root/var/lib/cni/networks/bundlenet/10.123.0.2").exists()
+    reservation = tmp_path / "root" / HOST_LOCAL_DATA_DIR.lstrip("/") / "bundlenet" / "10.123.0.2"
+    assert reservation.exists()
     dele = run(bundle, tmp_path, [f"{PREFIX}/bin/host-local"], env=dict(env, CNI_COMMAND="DEL"), stdin=json.dumps(conf).encode())
     assert dele.returncode == 0, dele.stdout + dele.stderr
-    assert not (tmp_path / "root/var/lib/cni/networks/bundlenet/10.123.0.2").exists()
+    assert not reservation.exists()
 
 
 def test_portmap_add_del_in_an_empty_root(bundle, tmp_path, lab):

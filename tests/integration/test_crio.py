@@ -25,6 +25,8 @@ from cnichain.node.install import conflists_dir
 from cnichain.tools.lab import isolate_conflist
 from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common.version import at_least
+from cnichain.plugins.bridge.rules import MASQ_TABLE
+from cnichain.plugins.portmap import names as portmap_names
 from tests.integration.footprint import difference, footprint, leftovers
 
 pytestmark = pytest.mark.integration
@@ -57,7 +59,7 @@ def pod(lab, n: int, **bw: int) -> crio.CrioPod:
 
 
 def portmap_table_exists(lab) -> bool:
-    return lab.run(lab.node, "nft", "list", "table", "inet", "cnichain_portmap", check=False).returncode == 0
+    return lab.run(lab.node, "nft", "list", "table", portmap_names.FAMILY, portmap_names.TABLE, check=False).returncode == 0
 
 
 def tbf_on_host_veth(lab, result: dict) -> bool:
@@ -161,7 +163,7 @@ def test_gc_keeps_every_live_pod_and_the_next_add_never_reuses_a_live_ip(lab, ma
     live_ips = {ip_of(runtime.add(main, att)) for att in live}
     assert len(live_ips) == 3
     before = footprint(lab)
-    assert len([x for x in before["nft"] if '"table": "cnichain_masquerade"' in x]) == 3 and len(before["reservations"]) == 3
+    assert len([x for x in before["nft"] if f'"table": "{MASQ_TABLE}"' in x]) == 3 and len(before["reservations"]) == 3
     assert len([x for x in before["links"] if x.startswith("ifb ")]) == 3
 
     stale = Attachment("stale-main", lab.netns("s1"), "eth0", capability_args=containerd_caps(7))

@@ -12,6 +12,7 @@ import pytest
 
 from cnichain.tools.runtime import Attachment, ConfList, Runtime
 from cnichain.plugins.bandwidth.config import ifb_name
+from cnichain.plugins.bandwidth.kernel import ifb_alias
 from cnichain.plugins.portmap import plan as planning
 from cnichain.plugins.portmap.config import PortmapConfig, PortMapping
 
@@ -83,7 +84,7 @@ def plant_ghost(lab, tmp_path, cid: str = "ghost") -> None:
     lab.run(lab.node, "nft", "-j", "-f", "-", input=json.dumps({"nftables": commands}))
     ifb = ifb_name(NET, cid)
     lab.run(lab.node, "ip", "link", "add", ifb, "type", "ifb")
-    lab.run(lab.node, "ip", "link", "set", ifb, "alias", f"cnichain-bandwidth net={NET} id={cid}")
+    lab.run(lab.node, "ip", "link", "set", ifb, "alias", ifb_alias(NET, cid))
 
 
 def test_inspect_shows_what_each_plugin_holds(lab, node, tmp_path):

@@ -16,34 +16,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import threading
-import time
 
 import pytest
 
-from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
+from cnichain.tools.runtime import Attachment, PluginFailed
 from cnichain.common.types import Result
-from cnichain.plugins.portmap import names, rebuild as slow
+from cnichain.plugins.portmap import names
+from tests.integration.portmap_traffic import (
+    CLIENT4, CLIENT6, NODE4, NODE6, bridge_conflist, fetch, pod_ips, serve, table, wait_no_tentative,
+)
 from tests.specver import assert_check_refused, assert_cni_error, assert_failed, check_as_runtime, expects_check
 
 pytestmark = pytest.mark.integration
-
-NODE4, NODE6, CLIENT4, CLIENT6 = "192.168.77.1", "fd77::1", "192.168.77.2", "fd77::2"
-
-
-def bridge_conflist(lab, name="pmnet", portmap=None, version="1.0.0", dual=True, hairpin=True) -> ConfList:
-    ranges = [[{"subnet": "10.77.0.0/24"}]] + ([[{"subnet": "fd00:77::/64"}]] if dual else [])
-    routes = [{"dst": "0.0.0.0/0"}] + ([{"dst": "::/0"}] if dual else [])
-    return ConfList.from_dict({
-        "cniVersion": version, "name": name,
-        "plugins": [
-            {"type": "bridge", "bridge": "cni0", "isGateway": True, "hairpinMode": hairpin,
-             "ipam": {"type": "host-local", "ranges": ranges, "routes": routes, "dataDir": lab.path("ipam")}},
-            dict({"type": "portmap", "capabilities": {"portMappings": True}}, **(portmap or {})),
-        ],
-    })
-
 
 @pytest.fixture
 def node(lab, make_runtime, plugin_dir, reference_dir):
@@ -52,61 +37,6 @@ def node(lab, make_runtime, plugin_dir, reference_dir):
     lab.wire(client, [f"{CLIENT4}/24", f"{CLIENT6}/64"], [f"{NODE4}/24", f"{NODE6}/64"], "cli")
     lab.run(lab.node, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
     return make_runtime([plugin_dir, reference_dir]), client
-
-
-def serve(lab, ns, port, text, proto="TCP"):
-    """A dual-stack echo server inside ``ns``; returns the Popen (caller kills it)."""
-    if proto == "UDP":
-        argv = ["socat", f"UDP6-RECVFROM:{port},fork,reuseaddr,ipv6only=0", f"SYSTEM:echo {text}"]
-    else:
-        argv = ["socat", f"{proto}6-LISTEN:{port},fork,reuseaddr,ipv6only=0", f"SYSTEM:echo {text}"]
-    proc = lab.popen(ns, *argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # Wait (bounded) until the socket is bound: on a loaded node socat can take longer to start
-    # than a fixed pause, and a fetch sent before that finds nothing listening.
-    flag = {"UDP": "-uln", "SCTP": "-Sln"}.get(proto, "-tln")
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and proc.poll() is None:
-        if lab.run(ns, "ss", "-H", flag, f"sport = :{port}", check=False).stdout.strip():
-            break
-        time.sleep(0.05)
-    return proc
-
-
-def fetch(lab, ns, addr, port, proto="TCP") -> str:
-    host = f"[{addr}]" if ":" in addr else addr
-    if proto == "UDP":
-        # UDP has no retransmission: the first datagram can be lost while a fresh IPv6 gateway
-        # address is still tentative, so ask a few times (bounded) before calling it unanswered.
-        target = f"UDP:{host}:{port}"
-        for _ in range(4):
-            out = lab.run(ns, "socat", "-T1", "-", target, check=False, input="ping\n", timeout=10)
-            if out.stdout.strip():
-                break
-    else:
-        out = lab.run(ns, "socat", "-T2", "-", f"{proto}:{host}:{port},connect-timeout=2", check=False, input="", timeout=10)
-    return out.stdout.strip()
-
-
-def wait_no_tentative(lab, ns, timeout: float = 5.0) -> None:
-    """Wait (bounded) until no IPv6 address in ``ns`` is still tentative (duplicate detection)."""
-    deadline = time.monotonic() + timeout
-    while lab.run(ns, "ip", "-6", "addr", "show", "tentative").stdout.strip() and time.monotonic() < deadline:
-        time.sleep(0.1)
-
-
-def pod_ips(result: dict) -> dict[int, str]:
-    out = {}
-    for ip in result.get("ips", []):
-        addr = ip["address"].split("/")[0]
-        out.setdefault(6 if ":" in addr else 4, addr)
-    return out
-
-
-def table(lab):
-    out = lab.run(lab.node, "nft", "-j", "list", "table", "inet", names.TABLE, check=False)
-    if out.returncode != 0:
-        return slow.Snapshot()
-    return slow.Snapshot.from_json(json.loads(out.stdout)["nftables"])
 
 
 def test_traffic_v4_v6_localhost_hairpin_then_del(lab, node, chained_version):
@@ -421,7 +351,7 @@ def test_bad_conditions_leave_nothing_behind(lab, plugin_dir, routed):
     conf = pm_conf("1.0.0", synthetic_prev(1, "1.0.0"), [{"hostPort": 8080, "containerPort": 80}],
                    conditionsV4=["ip", "saddr", "not-an-address"])
     code, out = run_plugin(lab, plugin_dir, "ADD", conf, "badcond")
-    # Refused while parsing the config (issue 14), before nft sees anything.
+    # Refused while parsing the config, before nft sees anything.
     assert code == 1 and out["code"] == 999
     assert out["msg"] == "failed to parse config: conditionsV4 is not a single nftables match expression: 'ip saddr not-an-address'"
     assert "'not-an-address' is not an IPv4 address or prefix" in out["details"]

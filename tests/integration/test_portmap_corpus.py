@@ -18,7 +18,7 @@ import pytest
 
 from cnichain.tools.lab import isolate_conflist
 from cnichain.tools.runtime import Attachment, ConfList
-from tests.integration.test_portmap import CLIENT4, NODE4, fetch, pod_ips, serve, table
+from tests.integration.portmap_traffic import CLIENT4, NODE4, fetch, pod_ips, serve, table
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from cnichain.tools.runtime import Attachment
-from tests.integration.test_portmap import CLIENT4, CLIENT6, NODE4, NODE6, bridge_conflist, fetch, serve, wait_no_tentative
+from tests.integration.portmap_traffic import CLIENT4, CLIENT6, NODE4, NODE6, bridge_conflist, fetch, serve, wait_no_tentative
 
 pytestmark = pytest.mark.integration
 

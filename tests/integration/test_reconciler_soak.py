@@ -16,8 +16,11 @@ import time
 
 import pytest
 
+from cnichain.plugins.bandwidth.config import IFB_PREFIX
+from cnichain.plugins.portmap import names as portmap_names
 from cnichain.tools.runtime import Attachment
-from tests.integration.test_reconciler import LIMITS, Node, masquerade_rules, wait_for
+from tests.integration.reconciler_node import LIMITS, Node, masquerade_rules
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +89,7 @@ def test_churn_with_periodic_flushes_ends_with_no_leak_and_no_failed_pod(node, l
     assert done["pods"] > 0
     ipam = os.path.join(lab.workdir, "ipam", "rcnet")
     assert [n for n in os.listdir(ipam) if n[0].isdigit()] == [] if os.path.isdir(ipam) else True
-    table = lab.run(lab.node, "nft", "list", "table", "inet", "cnichain_portmap", check=False).stdout
+    table = lab.run(lab.node, "nft", "list", "table", portmap_names.FAMILY, portmap_names.TABLE, check=False).stdout
     assert "chain c-" not in table
     assert "id: soak-" not in masquerade_rules(lab)
-    assert "bwp" not in lab.run(lab.node, "ip", "-o", "link", "show", "type", "ifb").stdout
+    assert IFB_PREFIX not in lab.run(lab.node, "ip", "-o", "link", "show", "type", "ifb").stdout

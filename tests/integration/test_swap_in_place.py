@@ -21,7 +21,7 @@ import pytest
 from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common import reference_rules
 from cnichain.plugins.bandwidth.config import ifb_name
-from tests.integration.test_portmap import CLIENT4, CLIENT6, NODE4, NODE6, fetch, serve, wait_no_tentative
+from tests.integration.portmap_traffic import CLIENT4, CLIENT6, NODE4, NODE6, fetch, serve, wait_no_tentative
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,9 @@ from typing import Iterator
 
 import pytest
 
-from . import bundlenode, cri_stubs, ocimage
+from cnichain.tools.containerd_node import ocimage
+
+from . import bundlenode, cri_stubs
 from .containerd import LOG_NAME, RELEASES, Containerd, Release, start_with_cri
 from .containerd import log_tail as containerd_log_tail
 from .cri_client import CriClient

@@ -9,14 +9,19 @@ returns a list of human-readable findings so a failing assertion says exactly wh
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from typing import Callable
 
-PORTMAP_TABLE = ("inet", "cnichain_portmap")
+from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR as IPAM_DIR
+from cnichain.plugins.host_local.kernel import LAST_IP_PREFIX, LOCK_NAME
+from cnichain.plugins.portmap import names as portmap_names
+from cnichain.plugins.tuning.config import DEFAULT_DATA_DIR as TUNING_DIR
+from cnichain.tools.podstate import cache
+
+PORTMAP_TABLE = (portmap_names.FAMILY, portmap_names.TABLE)
 PORTMAP_OWNED_PREFIXES = ("c-", "m-", "b-")
-IPAM_DIR = "/var/lib/cni/networks"
-LIBCNI_CACHE_DIR = "/var/lib/cni/results"  # the runtime's (libcni's) cached results and capability args
-TUNING_DIR = "/run/cni/tuning"
+LIBCNI_CACHE_DIR = os.path.join(cache.LIBCNI_CACHE_DIR, "results")  # the runtime's (libcni's) cached results and capability args
 NETNS_DIR = "/run/netns"
 
 Run = Callable[..., subprocess.CompletedProcess]  # Node.node_run: run argv inside the node
@@ -77,7 +82,7 @@ def files_in(run: Run, directory: str, ignore: tuple[str, ...] = ()) -> list[str
 
 
 def ipam_reservations(run: Run) -> list[str]:
-    return files_in(run, IPAM_DIR, ignore=("lock", "last_reserved_ip"))
+    return files_in(run, IPAM_DIR, ignore=(LOCK_NAME, LAST_IP_PREFIX))
 
 
 def cached_capability_args(run: Run, network: str, container_id: str, ifname: str = "eth0") -> dict:

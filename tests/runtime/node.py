@@ -16,10 +16,11 @@ import subprocess
 import sys
 from typing import Optional
 
+from cnichain.common import atomic
 from cnichain.tools.lab import Lab
 
-from . import reaper
-from .holder import Holder
+from cnichain.tools.containerd_node import reaper
+from cnichain.tools.containerd_node.holder import Holder
 
 NODE_IP = "203.0.113.1"
 CLIENT_IP = "203.0.113.2"
@@ -58,7 +59,7 @@ class Node:
         self.lab.wire(self.client, [f"{CLIENT_IP}/24", f"{CLIENT_IP2}/24"], [f"{NODE_IP}/24", f"{NODE_IP2}/24"],
                       "client")
         self.lab.run(self.client, "ip", "route", "add", POD_SUBNET, "via", NODE_IP)
-        self.node_netns_id = _netns_id(self.lab.node)
+        self.node_netns_id = reaper.netns_id(self.lab.node)
         self.holder = Holder(self.lab.node)
         self.holder.start()
         self.bin_dir = self.lab.path("bin", "x").rsplit("/", 1)[0]
@@ -102,10 +103,7 @@ class Node:
             if conflist.get("cniVersion") == version:
                 continue
             conflist["cniVersion"] = version
-            tmp = os.path.join(directory, f".{name}.tmp")
-            with open(tmp, "w") as fh:
-                json.dump(conflist, fh, indent=2)
-            os.replace(tmp, path)
+            atomic.write_file(path, json.dumps(conflist, indent=2).encode(), 0o644)
 
     # -- running things ---------------------------------------------------------------------------
     def node_run(self, *argv: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -122,27 +120,5 @@ class Node:
     # -- teardown ---------------------------------------------------------------------------------
     def close(self) -> None:
         """Kill every process of the run, drop its mounts, cgroups and namespaces; pass or fail."""
-        # Pin the mount namespace while killing: once its last process (the holder) dies, the
-        # kernel may hand its inode number to a new namespace (every 'ip netns exec' makes one),
-        # and the next sweep would kill processes that are not ours.
-        mount_ns, pin = "", -1
-        if self.holder is not None and self.holder.proc is not None and self.holder.proc.poll() is None:
-            try:
-                pin = os.open(f"/proc/{self.holder.pid}/ns/mnt", os.O_RDONLY)
-                mount_ns = self.holder.mount_ns()
-            except OSError:
-                pass
-        try:
-            reaper.kill_all(mount_ns, self.node_netns_id, self.cgroup_parent)
-        finally:
-            if pin >= 0:
-                os.close(pin)
-        if self.holder is not None:
-            self.holder.stop()
-        reaper.remove_cgroups(self.cgroup_parent)
+        reaper.teardown(self.holder, self.node_netns_id, self.cgroup_parent)
         self.lab.close()
-
-
-def _netns_id(path: str) -> str:
-    """The ``net:[inode]`` link text of the namespace bound at ``path`` (as /proc/PID/ns/net shows it)."""
-    return f"net:[{os.stat(path).st_ino}]"

@@ -33,7 +33,9 @@ import pytest
 from cnichain.agent.sockets import answers
 from cnichain.node.bundle import layout
 
-from . import leftovers, ocimage, traffic
+from cnichain.tools.containerd_node import ocimage
+
+from . import leftovers, traffic
 from .bundlenode import (AGENT_SOCKET, AgentPod, NodeImage, checks_run, hide_python_and_shells, install_with_image,
                          node_dirs, start_cri)
 from .containerd import Release

@@ -19,7 +19,9 @@ import pytest
 
 from cnichain.node.bundle import layout
 
-from . import leftovers, ocimage, traffic
+from cnichain.tools.containerd_node import ocimage
+
+from . import leftovers, traffic
 from .bundlenode import NodeImage, checks_run, hide_python_and_shells, install_with_image, node_dirs, start_cri
 from .containerd import Release
 from .cri_client import PodSpec, Port

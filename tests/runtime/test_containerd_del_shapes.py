@@ -18,6 +18,8 @@ import time
 import grpc
 import pytest
 
+from cnichain.common import atomic
+
 from . import leftovers
 from .conftest import CriNode
 from .cri_client import Port, PodSpec
@@ -77,10 +79,7 @@ def write_chain(conflist_path: str, types: tuple[str, ...]) -> None:
     if not hasattr(write_chain, "full"):
         write_chain.full = list(data["plugins"])  # type: ignore[attr-defined]
     data["plugins"] = [p for p in write_chain.full if p["type"] in types]  # type: ignore[attr-defined]
-    tmp = os.path.join(os.path.dirname(conflist_path), ".chain.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh)
-    os.rename(tmp, conflist_path)
+    atomic.write_file(conflist_path, json.dumps(data).encode(), 0o644)
 
 
 def loaded_types(cri_node: CriNode) -> list[str]:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from . import leftovers, ocimage, traffic
+from cnichain.tools.containerd_node import ocimage
+
+from . import leftovers, traffic
 from .conftest import CriNode
 from .cri_client import Port, PodSpec
 from .node import NETWORK, NODE_IP, NODE_IP2

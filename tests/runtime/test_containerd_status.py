@@ -1,4 +1,4 @@
-"""NetworkReady under a runtime that polls CRI Status, and config delivery it can see (issue 19).
+"""NetworkReady under a runtime that polls CRI Status, and config delivery it can see.
 
 containerd 2.1+ runs CNI STATUS on every plugin of the chain on every CRI Status call (the
 kubelet polls about every 5 s) and reports NetworkReady=false on any failure: the node goes

@@ -20,7 +20,9 @@ import pytest
 
 from cnichain.common import reference_rules
 
-from . import leftovers, ocimage, traffic
+from cnichain.tools.containerd_node import ocimage
+
+from . import leftovers, traffic
 from .conftest import CriNode
 from .cri_client import Port, PodSpec
 from .node import CONFLIST, NETWORK, NODE_IP, cnichain_cli

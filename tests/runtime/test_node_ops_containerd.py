@@ -1,4 +1,4 @@
-"""``cnichain inspect`` and ``cnichain gc`` on a pod that containerd's CRI made (issue 15).
+"""``cnichain inspect`` and ``cnichain gc`` on a pod that containerd's CRI made.
 
 The commands run inside the node (the holder's mount and network namespaces), so they read the
 node's private ``/var/lib/cni`` (containerd's libcni cache and host-local's reservations),

@@ -15,7 +15,7 @@ import tarfile
 
 import pytest
 
-from . import ocimage
+from cnichain.tools.containerd_node import ocimage
 
 pytestmark = [
     pytest.mark.runtime,

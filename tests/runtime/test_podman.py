@@ -14,7 +14,9 @@ from typing import Iterator
 
 import pytest
 
-from . import leftovers, ocimage, traffic
+from cnichain.tools.containerd_node import ocimage
+
+from . import leftovers, traffic
 from .node import NODE_IP, NODE_IP2, Node
 from .podman import Podman
 

@@ -1,4 +1,4 @@
-"""The bench's pure parts: statistics, target verdicts, the summary document, the table, options,
+"""The bench's pure parts: ratios, target verdicts, the summary document, the table, options,
 output files and the chart -- on synthetic samples, so no namespace, plugin or root is needed."""
 
 from __future__ import annotations
@@ -14,26 +14,6 @@ from cnichain.benchmarks.latency.session import Sample
 from cnichain.benchmarks.latency.summary import ours_mode, summarize
 
 # -- statistics ------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("q,expected", [(0, 1), (50, 5), (51, 6), (90, 9), (95, 10), (100, 10)])
-def test_pct_is_nearest_rank(q, expected):
-    assert st.pct([float(v) for v in range(10, 0, -1)], q) == expected
-
-
-@pytest.mark.parametrize("n", [1, 2, 8, 10, 19, 20, 30, 100])
-def test_p95_is_never_a_rank_too_high(n):
-    """ceil(0.95 n): with 20 samples p95 is the 19th, not the maximum (rounding half to even once
-    made some sample counts report the maximum)."""
-    values = [float(v) for v in range(1, n + 1)]
-    assert st.pct(values, 95) == -(-95 * n // 100)
-
-
-def test_stats_in_ms_and_empty():
-    assert st.stats([]) == {"n": 0}
-    cell = st.stats([0.001, 0.002, 0.003, 0.010])
-    assert cell["n"] == 4 and cell["median_ms"] == pytest.approx(2.5) and cell["p95_ms"] == pytest.approx(10)
-    assert cell["min_ms"] == pytest.approx(1) and cell["max_ms"] == pytest.approx(10)
 
 
 def test_ratios_are_none_when_a_side_is_missing():
@@ -58,7 +38,8 @@ def _targets_input(portmap_impl: str = "ours") -> dict:
             "host-local": {"ADD": {"0": {"cold": _cell(20)}}, "DEL": {"0": {"cold": _cell(30)}}},
         },
         "chain": {"tuning": {"ADD": {"cold": _cell(24)}}},
-        "chain_totals": {"ratio": {"ADD+DEL": 3.0}},
+        "chain_totals": {"cold": {"like_for_like": {"ADD+DEL": {"median_ms": 30.0}}},
+                         "reference": {"all": {"ADD+DEL": {"median_ms": 10.0}}}},
     }
 
 
@@ -124,7 +105,7 @@ def summary() -> dict:
 
 
 def test_summary_reduces_samples_per_plugin_command_and_mode(summary):
-    assert summary["schema"] == "cnichain-bench/1" and summary["elapsed_seconds"] == 12.5
+    assert summary["schema"] == "cnichain-bench/2" and summary["elapsed_seconds"] == 12.5
     assert summary["floor"]["n"] == 3 and summary["floor"]["median_ms"] == pytest.approx(11)
     bridge_add = summary["chain"]["bridge"]["ADD"]
     assert bridge_add["cold"]["n"] == 2 and bridge_add["cold"]["median_ms"] == pytest.approx(20)  # failure left out
@@ -169,7 +150,7 @@ def test_table_side_by_side(summary):
     assert text.startswith("cnichain bench  ")
     assert "interpreter floor (python -I -S -c pass): median 11.0 ms" in text
     assert "mode cold: bridge, host-local, portmap, route-override  (reference fallback: portmap)" in text
-    assert "ours med" in text and "ref p95" in text and "ours/ref" in text
+    assert "ours/" in text and "med" in text and "p95" in text and " ref" in text
     assert "2.00x" in text
     assert "portmap ADD @100 [ref binary]" in text
     assert "note: a note" in text
@@ -182,7 +163,7 @@ def test_table_ours_alone_and_errors():
     fake.samples = [s for s in fake.samples if s.mode != "reference"]
     fake.errors = [{"phase": "chain", "mode": "cold", "what": "pod 1 ADD", "error": "boom"}]
     text = bench.render_table(summarize(fake, 1.0))
-    assert "ours/ref" not in text and "ref med" not in text
+    assert "ours/" not in text and "    ref" not in text
     assert text.splitlines()[-1] == "errors: 1 (first: cold pod 1 ADD: boom)"
 
 
@@ -200,7 +181,7 @@ def test_bad_options_are_refused():
 
 
 def test_phases_with_nothing_to_do_are_dropped():
-    o = bench.parse_args(["--parallel", "0", "--growth", "", "--parallel-rounds", "0", "--no-chart"])
+    o = bench.parse_args(["--parallel", "0", "--growth", "", "--parallel-rounds", "0", "--no-chart", "--pods-e2e", "0"])
     assert o.phases == ("floor", "chain", "status") and o.parallel_rounds == 1 and o.chart is False
     assert bench.parse_args([]) == bench.Options()
 
@@ -218,7 +199,7 @@ def test_write_outputs_json_and_table(summary, tmp_path):
 
 def test_chart_is_a_png_or_says_why_not(summary, tmp_path):
     assert bench.write_chart({"when": "now"}, str(tmp_path / "none.png")) in (
-        "no chain or growth data", "matplotlib is not installed (pip install 'cnichain[bench]')")
+        "no chain, growth or pods data", "matplotlib is not installed (pip install 'cnichain[bench]')")
     path = tmp_path / "g.png"
     why = bench.write_chart(summary, str(path))
     if why is None:
@@ -263,7 +244,7 @@ def test_warm_targets_are_warm_over_reference():
 
 def test_table_shows_the_warm_column_the_shim_floor_and_the_executables():
     text = bench.render_table(summarize(_warm_bench(), 1.0))
-    assert "warm/ref" in text and "0.60x" in text
+    assert "warm/" in text and "0.60x" in text
     assert "native shim bare exec (cnichain-shim): median 0.5 ms" in text
     assert "our plugin executables: native shim" in text
 
@@ -297,3 +278,103 @@ def test_status_sweeps_count_failed_execs_and_compare_like_for_like():
     assert out["cold"]["later_sweeps"]["n"] == 2
     table = bench.render_table(summarize(fake, 1.0))
     assert "STATUS sweep" in table and "ref fails STATUS in: bridge" in table
+
+
+# -- several references side by side ----------------------------------------------------------------
+
+
+def _ref_mode(name: str, backend=None) -> SimpleNamespace:
+    return SimpleNamespace(name=name, bin_dirs=[f"/{name}"], provenance={"bridge": "reference"}, skipped={},
+                           kind="reference", reference=name.rsplit("-", 1)[0] if backend else name,
+                           version="1.9.1+ds1-1" if backend else "1.1.1+ds1-4", portmap_backend=backend)
+
+
+def _three_references() -> SimpleNamespace:
+    """cold against ref-1.1.1, ref-1.9.1-iptables and ref-1.9.1-nft, bridge ADD 20 ms against 10/20/40."""
+    fake = _fake_bench()
+    del fake.modes["reference"]
+    fake.samples = [s for s in fake.samples if s.mode != "reference"]
+    fake.chain_totals = [t for t in fake.chain_totals if t["mode"] != "reference"]
+    fake.parallel = [p for p in fake.parallel if p["mode"] != "reference"]
+    for name, backend, scale in (("ref-1.1.1", None, 1.0), ("ref-1.9.1-iptables", "iptables", 2.0),
+                                 ("ref-1.9.1-nft", "nftables", 4.0)):
+        fake.modes[name] = _ref_mode(name, backend)
+        for pod in range(2):
+            fake.samples.append(Sample(name, "chain", "bridge", "ADD", 0.010 * scale, 0))
+            fake.chain_totals.append({"mode": name, "pod": pod, "command": "ADD", "ok": True,
+                                      "seconds": 0.010 * scale, "plugins": {"bridge": 0.010 * scale}})
+    fake.pod_rows = [{"mode": m, "pod": i, "ok": True, "run": r, "stop_remove": r / 2, "total": r * 1.5}
+                     for m, r in (("cold", 0.4), ("ref-1.1.1", 0.2), ("ref-1.9.1-iptables", 0.2),
+                                  ("ref-1.9.1-nft", 0.1)) for i in range(2)]
+    fake.pod_rows.append({"mode": "cold", "pod": 9, "ok": False, "run": 9.0, "stop_remove": 0.0, "total": 9.0})
+    fake.pods_runtime = {"name": "containerd", "version": "2.1.9"}
+    return fake
+
+
+def test_several_references_each_get_a_column_and_a_ratio():
+    out = summarize(_three_references(), 1.0)
+    assert out["references"] == ["ref-1.1.1", "ref-1.9.1-iptables", "ref-1.9.1-nft"]
+    assert out["modes"]["ref-1.9.1-nft"]["portmap_backend"] == "nftables"
+    assert out["modes"]["ref-1.9.1-nft"]["kind"] == "reference" and out["modes"]["cold"]["kind"] == "ours"
+    cells = out["chain"]["bridge"]["ADD"]
+    assert cells["ratios"] == {"cold/ref-1.1.1": pytest.approx(2.0), "cold/ref-1.9.1-iptables": pytest.approx(1.0),
+                               "cold/ref-1.9.1-nft": pytest.approx(0.5)}
+    assert cells["ratio"] == pytest.approx(2.0)  # against the first reference, as with one
+    tot = out["chain_totals"]
+    assert tot["ratios"]["cold/ref-1.9.1-nft"]["ADD"] == pytest.approx(0.5) and tot["ratio"]["ADD"] == pytest.approx(2.0)
+    chain_targets = [t for t in out["targets"] if t["target"].startswith("chain ADD+DEL")]
+    assert {t["reference"] for t in chain_targets} == set(out["references"])
+    assert all(t["target"].endswith(f"[{t['reference']}]") for t in chain_targets)
+    text = bench.render_table(out)
+    head = next(i for i, line in enumerate(text.splitlines()) if line.startswith("chain, per plugin"))
+    labels, columns = text.splitlines()[head + 1].split(), text.splitlines()[head + 2].split()
+    assert labels == ["ours", "1.1.1", "1.9.1-ipt", "1.9.1-nft", "ours/", "ours/", "ours/"]
+    assert columns == ["plugin", "command"] + ["med", "p95"] * 4 + ["1.1.1", "1.9.1-ipt", "1.9.1-nft"]
+    assert "mode ref-1.9.1-nft [1.9.1+ds1-1, portmap nftables]" in text
+    json.dumps(out)
+
+
+def test_pods_phase_per_pod_steps_and_ratios():
+    out = summarize(_three_references(), 1.0)["pods"]
+    assert out["cold"]["run"]["n"] == 2 and out["cold"]["run"]["median_ms"] == pytest.approx(400)  # failed pod out
+    assert out["cold"]["total"]["median_ms"] == pytest.approx(600) and out["failed"] == 1
+    assert out["ratios"]["cold/ref-1.9.1-nft"] == {"run": pytest.approx(4.0), "stop_remove": pytest.approx(4.0),
+                                                   "total": pytest.approx(4.0)}
+    assert out["runtime"]["version"] == "2.1.9"
+    text = bench.render_table(summarize(_three_references(), 1.0))
+    assert "pods through containerd's CRI" in text and "RunPodSandbox" in text and "4.00x" in text
+
+
+def test_reference_options():
+    o = bench.parse_args(["--reference", "ref-1.1.1=/usr/lib/cni", "--reference", "ref-1.9.1=debian:sid",
+                          "--reference-portmap-backends", "iptables,nftables"])
+    assert o.references == (("ref-1.1.1", "/usr/lib/cni"), ("ref-1.9.1", "debian:sid"))
+    assert o.reference_specs() == o.references and o.reference_portmap_backends == ("iptables", "nftables")
+    assert bench.parse_args(["--reference-dir", "/x"]).reference_specs() == (("reference", "/x"),)
+    for bad in (["--reference", "nodir"], ["--reference", "cold=/x"], ["--reference", "a=/x", "--reference", "a=/y"],
+                ["--reference", "a b=/x"], ["--reference-portmap-backends", "ebpf"]):
+        with pytest.raises(ValueError):
+            bench.parse_args(bad)
+
+
+def test_chart_has_a_bar_per_mode_and_pod_step(tmp_path):
+    from cnichain.benchmarks.latency.chart import pods_bars
+
+    out = summarize(_three_references(), 1.0)
+    labels, values = pods_bars(out)
+    assert labels == ["RunPodSandbox", "Stop+Remove", "pod total"]
+    assert list(values) == ["cold", "ref-1.1.1", "ref-1.9.1-iptables", "ref-1.9.1-nft"]
+    assert values["ref-1.9.1-nft"] == [pytest.approx(100), pytest.approx(50), pytest.approx(150)]
+    why = bench.write_chart(out, str(tmp_path / "p.png"))
+    assert why is None or "matplotlib" in why
+
+
+def test_warm_targets_cover_parallel_del_and_the_status_sweep():
+    out = {"parallel_pods": 8,
+           "parallel": {"warm": {"ADD": {"median_ms": 70.0}, "DEL": {"median_ms": 60.0}},
+                        "reference": {"ADD": {"median_ms": 100.0}, "DEL": {"median_ms": 100.0}}},
+           "status": {"warm": {"like_for_like": {"median_ms": 9.0}}, "reference": {"sweep": {"median_ms": 10.0}}}}
+    rows = {r["target"]: r for r in st.warm_targets(out)}
+    assert rows["warm 8 pods in parallel ADD: warm/reference"]["met"] is True  # 0.7 <= 0.75
+    assert rows["warm 8 pods in parallel DEL: warm/reference"]["met"] is False  # 0.6 > 0.5
+    assert rows["warm STATUS sweep median (like for like): warm/reference"]["value"] == pytest.approx(0.9)

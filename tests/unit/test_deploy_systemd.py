@@ -45,10 +45,15 @@ def words(section: dict[str, list[str]], key: str) -> list[str]:
 
 
 def cli_options(*path: str) -> set[str]:
+    """The options ``cnichain PATH...`` accepts: typer's, or the agent's own parser it forwards to."""
     import typer
 
     from cnichain.cli.app import app
 
+    if path == ("agent",):
+        from cnichain.agent.config import parser
+
+        return {opt for action in parser()._actions for opt in action.option_strings}
     cmd = typer.main.get_command(app)
     for name in path:
         cmd = cmd.commands[name]  # type: ignore[attr-defined]

@@ -107,47 +107,47 @@ def test_empty_ip_strings_are_unset_like_go_cni_sends_them():
     assert (str(r.start), str(r.end), str(r.gateway)) == ("10.1.0.1", "10.1.0.20", "10.1.0.1")
 
 
-U = "json: cannot unmarshal"
+UNMARSHAL = "json: cannot unmarshal"
 RT_TYPE = 'struct { IPRanges []allocator.RangeSet "json:\\"ipRanges,omitempty\\""; IPs []*ip.IP "json:\\"ips,omitempty\\"" }'
 ARGS_TYPE = 'struct { A *allocator.IPAMArgs "json:\\"cni\\"" }'
 WRONG_TYPES = [
-    (("name",), 5, f"{U} number into Go struct field Net.name of type string"),
-    (("cniVersion",), True, f"{U} bool into Go struct field Net.cniVersion of type string"),
-    (("ipam",), "x", f"{U} string into Go struct field Net.ipam of type allocator.IPAMConfig"),
-    (("ipam", "type"), 1, f"{U} number into Go struct field IPAMConfig.ipam.type of type string"),
-    (("ipam", "subnet"), 24, f"{U} number into Go struct field IPAMConfig.ipam.subnet of type string"),
-    (("ipam", "rangeStart"), 5, f"{U} number into Go struct field IPAMConfig.ipam.rangeStart of type net.IP"),
-    (("ipam", "rangeEnd"), True, f"{U} bool into Go struct field IPAMConfig.ipam.rangeEnd of type net.IP"),
-    (("ipam", "gateway"), ["10.1.0.1"], f"{U} array into Go struct field IPAMConfig.ipam.gateway of type net.IP"),
-    (("ipam", "dataDir"), 5, f"{U} number into Go struct field IPAMConfig.ipam.dataDir of type string"),
-    (("ipam", "resolvConf"), {}, f"{U} object into Go struct field IPAMConfig.ipam.resolvConf of type string"),
-    (("ipam", "ranges"), "x", f"{U} string into Go struct field IPAMConfig.ipam.ranges of type []allocator.RangeSet"),
-    (("ipam", "ranges"), ["x"], f"{U} string into Go struct field IPAMConfig.ipam.ranges of type allocator.RangeSet"),
-    (("ipam", "ranges"), [["x"]], f"{U} string into Go struct field IPAMConfig.ipam.ranges of type allocator.Range"),
-    (("ipam", "ranges", 0, 0, "subnet"), 5, f"{U} number into Go struct field Range.ipam.ranges.subnet of type string"),
-    (("ipam", "ranges", 0, 0, "rangeStart"), 5, f"{U} number into Go struct field Range.ipam.ranges.rangeStart of type net.IP"),
-    (("ipam", "ranges", 0, 0, "rangeEnd"), {}, f"{U} object into Go struct field Range.ipam.ranges.rangeEnd of type net.IP"),
-    (("ipam", "ranges", 0, 0, "gateway"), False, f"{U} bool into Go struct field Range.ipam.ranges.gateway of type net.IP"),
-    (("ipam", "routes"), {}, f"{U} object into Go struct field IPAMConfig.ipam.routes of type []*types.Route"),
+    (("name",), 5, f"{UNMARSHAL} number into Go struct field Net.name of type string"),
+    (("cniVersion",), True, f"{UNMARSHAL} bool into Go struct field Net.cniVersion of type string"),
+    (("ipam",), "x", f"{UNMARSHAL} string into Go struct field Net.ipam of type allocator.IPAMConfig"),
+    (("ipam", "type"), 1, f"{UNMARSHAL} number into Go struct field IPAMConfig.ipam.type of type string"),
+    (("ipam", "subnet"), 24, f"{UNMARSHAL} number into Go struct field IPAMConfig.ipam.subnet of type string"),
+    (("ipam", "rangeStart"), 5, f"{UNMARSHAL} number into Go struct field IPAMConfig.ipam.rangeStart of type net.IP"),
+    (("ipam", "rangeEnd"), True, f"{UNMARSHAL} bool into Go struct field IPAMConfig.ipam.rangeEnd of type net.IP"),
+    (("ipam", "gateway"), ["10.1.0.1"], f"{UNMARSHAL} array into Go struct field IPAMConfig.ipam.gateway of type net.IP"),
+    (("ipam", "dataDir"), 5, f"{UNMARSHAL} number into Go struct field IPAMConfig.ipam.dataDir of type string"),
+    (("ipam", "resolvConf"), {}, f"{UNMARSHAL} object into Go struct field IPAMConfig.ipam.resolvConf of type string"),
+    (("ipam", "ranges"), "x", f"{UNMARSHAL} string into Go struct field IPAMConfig.ipam.ranges of type []allocator.RangeSet"),
+    (("ipam", "ranges"), ["x"], f"{UNMARSHAL} string into Go struct field IPAMConfig.ipam.ranges of type allocator.RangeSet"),
+    (("ipam", "ranges"), [["x"]], f"{UNMARSHAL} string into Go struct field IPAMConfig.ipam.ranges of type allocator.Range"),
+    (("ipam", "ranges", 0, 0, "subnet"), 5, f"{UNMARSHAL} number into Go struct field Range.ipam.ranges.subnet of type string"),
+    (("ipam", "ranges", 0, 0, "rangeStart"), 5, f"{UNMARSHAL} number into Go struct field Range.ipam.ranges.rangeStart of type net.IP"),
+    (("ipam", "ranges", 0, 0, "rangeEnd"), {}, f"{UNMARSHAL} object into Go struct field Range.ipam.ranges.rangeEnd of type net.IP"),
+    (("ipam", "ranges", 0, 0, "gateway"), False, f"{UNMARSHAL} bool into Go struct field Range.ipam.ranges.gateway of type net.IP"),
+    (("ipam", "routes"), {}, f"{UNMARSHAL} object into Go struct field IPAMConfig.ipam.routes of type []*types.Route"),
     # types.Route has its own UnmarshalJSON: Go labels errors inside a route with the routes field.
-    (("ipam", "routes", 0), "x", f"{U} string into Go struct field IPAMConfig.ipam.routes of type types.route"),
-    (("ipam", "routes", 0, "dst"), 0, f"{U} number into Go struct field IPAMConfig.ipam.routes of type string"),
-    (("ipam", "routes", 0, "gw"), 1, f"{U} number into Go struct field IPAMConfig.ipam.routes of type net.IP"),
-    (("ipam", "routes", 0, "mtu"), "1400", f"{U} string into Go struct field IPAMConfig.ipam.routes of type int"),
-    (("ipam", "routes", 0, "advmss"), 1.5, f"{U} number 1.5 into Go struct field IPAMConfig.ipam.routes of type int"),
-    (("ipam", "routes", 0, "priority"), True, f"{U} bool into Go struct field IPAMConfig.ipam.routes of type int"),
-    (("ipam", "routes", 0, "table"), "main", f"{U} string into Go struct field IPAMConfig.ipam.routes of type int"),
-    (("ipam", "routes", 0, "scope"), [], f"{U} array into Go struct field IPAMConfig.ipam.routes of type int"),
-    (("runtimeConfig",), "x", f"{U} string into Go struct field Net.runtimeConfig of type {RT_TYPE}"),
-    (("runtimeConfig", "ipRanges"), {}, f"{U} object into Go struct field .runtimeConfig.ipRanges of type []allocator.RangeSet"),
-    (("runtimeConfig", "ipRanges", 0, 0, "subnet"), 5, f"{U} number into Go struct field Range.runtimeConfig.ipRanges.subnet of type string"),
-    (("runtimeConfig", "ipRanges", 0, 0, "rangeStart"), 5, f"{U} number into Go struct field Range.runtimeConfig.ipRanges.rangeStart of type net.IP"),
-    (("runtimeConfig", "ips"), "10.3.0.15", f"{U} string into Go struct field .runtimeConfig.ips of type []*ip.IP"),
-    (("runtimeConfig", "ips", 0), 5, f"{U} number into Go struct field .runtimeConfig.ips of type *ip.IP"),
-    (("args",), "x", f"{U} string into Go struct field Net.args of type {ARGS_TYPE}"),
-    (("args", "cni"), [], f"{U} array into Go struct field .args.cni of type allocator.IPAMArgs"),
-    (("args", "cni", "ips"), {}, f"{U} object into Go struct field IPAMArgs.args.cni.ips of type []*ip.IP"),
-    (("args", "cni", "ips", 0), True, f"{U} bool into Go struct field IPAMArgs.args.cni.ips of type *ip.IP"),
+    (("ipam", "routes", 0), "x", f"{UNMARSHAL} string into Go struct field IPAMConfig.ipam.routes of type types.route"),
+    (("ipam", "routes", 0, "dst"), 0, f"{UNMARSHAL} number into Go struct field IPAMConfig.ipam.routes of type string"),
+    (("ipam", "routes", 0, "gw"), 1, f"{UNMARSHAL} number into Go struct field IPAMConfig.ipam.routes of type net.IP"),
+    (("ipam", "routes", 0, "mtu"), "1400", f"{UNMARSHAL} string into Go struct field IPAMConfig.ipam.routes of type int"),
+    (("ipam", "routes", 0, "advmss"), 1.5, f"{UNMARSHAL} number 1.5 into Go struct field IPAMConfig.ipam.routes of type int"),
+    (("ipam", "routes", 0, "priority"), True, f"{UNMARSHAL} bool into Go struct field IPAMConfig.ipam.routes of type int"),
+    (("ipam", "routes", 0, "table"), "main", f"{UNMARSHAL} string into Go struct field IPAMConfig.ipam.routes of type int"),
+    (("ipam", "routes", 0, "scope"), [], f"{UNMARSHAL} array into Go struct field IPAMConfig.ipam.routes of type int"),
+    (("runtimeConfig",), "x", f"{UNMARSHAL} string into Go struct field Net.runtimeConfig of type {RT_TYPE}"),
+    (("runtimeConfig", "ipRanges"), {}, f"{UNMARSHAL} object into Go struct field .runtimeConfig.ipRanges of type []allocator.RangeSet"),
+    (("runtimeConfig", "ipRanges", 0, 0, "subnet"), 5, f"{UNMARSHAL} number into Go struct field Range.runtimeConfig.ipRanges.subnet of type string"),
+    (("runtimeConfig", "ipRanges", 0, 0, "rangeStart"), 5, f"{UNMARSHAL} number into Go struct field Range.runtimeConfig.ipRanges.rangeStart of type net.IP"),
+    (("runtimeConfig", "ips"), "10.3.0.15", f"{UNMARSHAL} string into Go struct field .runtimeConfig.ips of type []*ip.IP"),
+    (("runtimeConfig", "ips", 0), 5, f"{UNMARSHAL} number into Go struct field .runtimeConfig.ips of type *ip.IP"),
+    (("args",), "x", f"{UNMARSHAL} string into Go struct field Net.args of type {ARGS_TYPE}"),
+    (("args", "cni"), [], f"{UNMARSHAL} array into Go struct field .args.cni of type allocator.IPAMArgs"),
+    (("args", "cni", "ips"), {}, f"{UNMARSHAL} object into Go struct field IPAMArgs.args.cni.ips of type []*ip.IP"),
+    (("args", "cni", "ips", 0), True, f"{UNMARSHAL} bool into Go struct field IPAMArgs.args.cni.ips of type *ip.IP"),
 ]
 
 
@@ -159,18 +159,18 @@ def test_wrong_json_type_fails_with_gos_text(path, value, message):
 def test_wrong_type_in_go_casing_is_named_by_its_json_tag():
     conf = rename(BASE, ("ipam", "dataDir"), "DataDir")
     conf["ipam"]["DataDir"] = 5
-    assert load(conf) == ("error", 999, f"{U} number into Go struct field IPAMConfig.ipam.dataDir of type string")
+    assert load(conf) == ("error", 999, f"{UNMARSHAL} number into Go struct field IPAMConfig.ipam.dataDir of type string")
 
 
 # Go saves the first type error and decodes on; an error that aborts decoding (a text that does not
 # parse, or anything a type's own UnmarshalJSON returns) is reported instead of the saved one.
 PRECEDENCE = [
-    ({"dataDir": 5, "resolvConf": True}, f"{U} number into Go struct field IPAMConfig.ipam.dataDir of type string"),
-    ({"resolvConf": True, "dataDir": 5}, f"{U} bool into Go struct field IPAMConfig.ipam.resolvConf of type string"),
+    ({"dataDir": 5, "resolvConf": True}, f"{UNMARSHAL} number into Go struct field IPAMConfig.ipam.dataDir of type string"),
+    ({"resolvConf": True, "dataDir": 5}, f"{UNMARSHAL} bool into Go struct field IPAMConfig.ipam.resolvConf of type string"),
     ({"dataDir": 5, "subnet": "10.1.0.0"}, "invalid CIDR address: 10.1.0.0"),
     ({"rangeStart": 5, "gateway": "x"}, "invalid IP address: x"),
     ({"dataDir": 5, "routes": [{"dst": "0.0.0.0/0", "mtu": "x"}]},
-     f"{U} string into Go struct field IPAMConfig.ipam.routes of type int"),
+     f"{UNMARSHAL} string into Go struct field IPAMConfig.ipam.routes of type int"),
     ({"routes": [{"dst": "0.0.0.0/0", "mtu": "x", "gw": "y"}]}, "invalid IP address: y"),
 ]
 

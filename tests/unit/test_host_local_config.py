@@ -94,7 +94,7 @@ def test_more_than_one_address_per_family_ok_from_030():
     assert len(load(conf).ranges) == 2
 
 
-R = "ranges"
+RANGES = "ranges"
 ERRORS = [
     ({"cniVersion": "1.0.0", "name": "n"}, "", "IPAM config missing 'ipam' key"),
     (net({}), "", "no IP ranges specified"),
@@ -103,20 +103,20 @@ ERRORS = [
     (net({"subnet": "10.0.0.0/24", "gateway": "bar"}), "", "invalid IP address: bar"),
     (net({"subnet": "10.0.0.0/24", "rangeStart": "fe80::1%eth0"}), "", "invalid IP address: fe80::1%eth0"),
     (net({"subnet": "10.0.0.5/24"}), "", "invalid range set 0: Network has host bits set. For a subnet mask of length 24 the network address is 10.0.0.0"),
-    (net({R: [[{"subnet": "10.0.0.0/31"}]]}), "", "invalid range set 0: Network 10.0.0.0/31 too small to allocate from"),
-    (net({R: [[{"subnet": "10.0.0.0/32"}]]}), "", "invalid range set 0: Network 10.0.0.0/32 too small to allocate from"),
-    (net({R: [[{"subnet": "fd00::/127"}]]}), "", "invalid range set 0: Network fd00::/127 too small to allocate from"),
-    (net({R: [[{"subnet": "::ffff:10.0.0.0/120"}]]}), "", "invalid range set 0: IPNet IP and Mask version mismatch"),
-    (net({R: [[{"subnet": "10.0.0.0/24", "rangeStart": "10.0.1.1"}]]}), "", "invalid range set 0: RangeStart 10.0.1.1 not in network 10.0.0.0/24"),
-    (net({R: [[{"subnet": "10.0.0.0/24", "rangeStart": "fd00::1"}]]}), "", "invalid range set 0: RangeStart fd00::1 not in network 10.0.0.0/24"),
-    (net({R: [[{"subnet": "10.0.0.0/24", "rangeEnd": "10.0.1.1"}]]}), "", "invalid range set 0: RangeEnd 10.0.1.1 not in network 10.0.0.0/24"),
-    (net({R: [[{"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.50", "rangeEnd": "10.0.0.40"}]]}), "", "invalid range set 0: RangeStart 10.0.0.50 not in network 10.0.0.0/24"),
-    (net({R: [[]]}), "", "invalid range set 0: empty range set"),
-    (net({R: [[{"subnet": "10.0.0.0/24"}, {"subnet": "fd00::/64"}]]}), "", "invalid range set 0: mixed address families"),
-    (net({R: [[{"subnet": "10.0.0.0/24"}, {"subnet": "10.0.0.0/25"}]]}), "", "invalid range set 0: subnets 10.0.0.1-10.0.0.254 and 10.0.0.1-10.0.0.126 overlap"),
-    (net({R: [[{"rangeStart": "10.0.0.1"}]]}), "", "invalid range set 0: IP <nil> not v4 nor v6"),
-    (net({"subnet": "10.9.0.0/24", R: [[{"subnet": "10.0.0.0/24"}], [{"subnet": "10.0.0.0/16"}]]}), "", "range set 1 overlaps with 2"),
-    ({**net({R: [[{"subnet": "10.0.0.0/24"}], [{"subnet": "10.1.0.0/24"}]]}), "cniVersion": "0.2.0"}, "", "CNI version 0.2.0 does not support more than 1 address per family"),
+    (net({RANGES: [[{"subnet": "10.0.0.0/31"}]]}), "", "invalid range set 0: Network 10.0.0.0/31 too small to allocate from"),
+    (net({RANGES: [[{"subnet": "10.0.0.0/32"}]]}), "", "invalid range set 0: Network 10.0.0.0/32 too small to allocate from"),
+    (net({RANGES: [[{"subnet": "fd00::/127"}]]}), "", "invalid range set 0: Network fd00::/127 too small to allocate from"),
+    (net({RANGES: [[{"subnet": "::ffff:10.0.0.0/120"}]]}), "", "invalid range set 0: IPNet IP and Mask version mismatch"),
+    (net({RANGES: [[{"subnet": "10.0.0.0/24", "rangeStart": "10.0.1.1"}]]}), "", "invalid range set 0: RangeStart 10.0.1.1 not in network 10.0.0.0/24"),
+    (net({RANGES: [[{"subnet": "10.0.0.0/24", "rangeStart": "fd00::1"}]]}), "", "invalid range set 0: RangeStart fd00::1 not in network 10.0.0.0/24"),
+    (net({RANGES: [[{"subnet": "10.0.0.0/24", "rangeEnd": "10.0.1.1"}]]}), "", "invalid range set 0: RangeEnd 10.0.1.1 not in network 10.0.0.0/24"),
+    (net({RANGES: [[{"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.50", "rangeEnd": "10.0.0.40"}]]}), "", "invalid range set 0: RangeStart 10.0.0.50 not in network 10.0.0.0/24"),
+    (net({RANGES: [[]]}), "", "invalid range set 0: empty range set"),
+    (net({RANGES: [[{"subnet": "10.0.0.0/24"}, {"subnet": "fd00::/64"}]]}), "", "invalid range set 0: mixed address families"),
+    (net({RANGES: [[{"subnet": "10.0.0.0/24"}, {"subnet": "10.0.0.0/25"}]]}), "", "invalid range set 0: subnets 10.0.0.1-10.0.0.254 and 10.0.0.1-10.0.0.126 overlap"),
+    (net({RANGES: [[{"rangeStart": "10.0.0.1"}]]}), "", "invalid range set 0: IP <nil> not v4 nor v6"),
+    (net({"subnet": "10.9.0.0/24", RANGES: [[{"subnet": "10.0.0.0/24"}], [{"subnet": "10.0.0.0/16"}]]}), "", "range set 1 overlaps with 2"),
+    ({**net({RANGES: [[{"subnet": "10.0.0.0/24"}], [{"subnet": "10.1.0.0/24"}]]}), "cniVersion": "0.2.0"}, "", "CNI version 0.2.0 does not support more than 1 address per family"),
     (net({"subnet": "10.0.0.0/24"}), "IP=zz", 'ARGS: error parsing value of pair "IP=zz": invalid IP address zz'),
     (net({"subnet": "10.0.0.0/24"}), "FOO=1", 'ARGS: unknown args ["FOO=1"]'),
     (net({"subnet": "10.0.0.0/24"}), "IP", 'ARGS: invalid pair "IP"'),
@@ -125,7 +125,7 @@ ERRORS = [
     (net({"subnet": "10.0.0.0/24", "routes": [{"dst": "x"}]}), "", "invalid CIDR address: x"),
     (net({"subnet": "10.0.0.0/24", "routes": [{"dst": "0.0.0.0/0", "gw": "y"}]}), "", "invalid IP address: y"),
     ({"cniVersion": "1.0.0", "name": "n", "ipam": "x"}, "", "json: cannot unmarshal string into Go struct field Net.ipam of type allocator.IPAMConfig"),
-    (net({R: "x"}), "", "json: cannot unmarshal string into Go struct field IPAMConfig.ipam.ranges of type []allocator.RangeSet"),
+    (net({RANGES: "x"}), "", "json: cannot unmarshal string into Go struct field IPAMConfig.ipam.ranges of type []allocator.RangeSet"),
     (net({"subnet": "10.0.0.0/24", "dataDir": 5}), "", "json: cannot unmarshal number into Go struct field IPAMConfig.ipam.dataDir of type string"),
 ]
 

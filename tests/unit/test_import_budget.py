@@ -30,45 +30,10 @@ import sys
 import pytest
 
 from cnichain.node import install as installer
+from tests.import_budget import ALWAYS_FORBIDDEN, CONVENIENCE, HEAVY, explain, imported_modules, offenders
 
 AVAILABLE = installer.available_plugins()
-ALWAYS_FORBIDDEN = ("typer", "click", "rich", "cnichain.cli", "logging")
-HEAVY = ("pyroute2", "nftables")
-# Stdlib conveniences that cost 1-9 ms of import each on a 2-core node (benchmarks/README.md).
-CONVENIENCE = ("dataclasses", "inspect", "typing", "contextlib", "socket", "hashlib", "_hashlib")
 LEAN_PLUGINS = ("host-local", "tuning", "route-override", "portmap")
-
-
-def imported_modules(
-    launcher: str, env: dict, stdin: bytes = b"", prefix: tuple[str, ...] = ()
-) -> tuple[int, dict[str, int], bytes]:
-    """Run ``launcher`` once (after ``prefix``, e.g. ``ip netns exec NS``); return
-    (exit code, {module: cumulative µs}, stdout)."""
-    full_env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **env}
-    launcher = installer.python_launcher(launcher)  # behind a native shim: its cold launcher
-    with open(launcher) as fh:
-        shebang = fh.readline()[2:].split()
-    # The launcher's own interpreter and flags, plus -X importtime.
-    proc = subprocess.run(
-        [*prefix, *shebang, "-X", "importtime", launcher], input=stdin, env=full_env, capture_output=True, timeout=60
-    )
-    mods: dict[str, int] = {}
-    for line in proc.stderr.decode("utf-8", "replace").splitlines():
-        if not line.startswith("import time:") or "|" not in line:
-            continue
-        _, cumulative, name = line[len("import time:"):].split("|")
-        if cumulative.strip().isdigit():
-            mods[name.strip()] = int(cumulative.strip())
-    return proc.returncode, mods, proc.stdout
-
-
-def offenders(mods: dict[str, int], forbidden: tuple[str, ...]) -> list[str]:
-    return sorted(m for m in mods if any(m == f or m.startswith(f + ".") for f in forbidden))
-
-
-def explain(mods: dict[str, int]) -> str:
-    top = sorted(mods.items(), key=lambda kv: -kv[1])[:15]
-    return "heaviest imports (cumulative µs): " + ", ".join(f"{m}={us}" for m, us in top)
 
 
 @pytest.fixture(scope="module")
@@ -129,14 +94,8 @@ def test_error_paths_are_lean(launchers: str, plugin_type: str, case: str) -> No
 
 
 # -- the lean plugins and commands ------------------------------------------------------------------
-def _need(plugin_type: str) -> None:
-    if plugin_type not in AVAILABLE:
-        pytest.skip(f"{plugin_type} is not implemented yet")
-
-
 @pytest.mark.parametrize("version", ["0.4.0", "1.0.0"])
 def test_host_local_never_loads_netlink(launchers: str, tmp_path, version: str) -> None:
-    _need("host-local")
     launcher = os.path.join(launchers, "host-local")
     conf = {"cniVersion": version, "name": "budget", "type": "bridge",
             "ipam": {"type": "host-local", "subnet": "10.9.0.0/24", "dataDir": str(tmp_path / "ipam")}}
@@ -154,7 +113,6 @@ def test_host_local_never_loads_netlink(launchers: str, tmp_path, version: str) 
 
 @pytest.mark.parametrize("command", ["ADD", "CHECK", "DEL"])
 def test_portmap_without_mappings_loads_nothing_heavy(launchers: str, command: str) -> None:
-    _need("portmap")
     conf = {"cniVersion": "1.0.0", "name": "budget", "type": "portmap", "snat": True,
             "prevResult": {"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": "/var/run/netns/x"}],
                            "ips": [{"address": "10.9.0.2/24", "interface": 0}]}}
@@ -165,7 +123,6 @@ def test_portmap_without_mappings_loads_nothing_heavy(launchers: str, command: s
 
 
 def test_route_override_del_loads_no_netlink(launchers: str) -> None:
-    _need("route-override")
     conf = {"cniVersion": "1.0.0", "name": "budget", "type": "route-override",
             "addroutes": [{"dst": "192.0.2.0/24", "gw": "10.9.0.1"}]}
     mods = _check(os.path.join(launchers, "route-override"), _env("DEL"), json.dumps(conf).encode(),
@@ -175,7 +132,6 @@ def test_route_override_del_loads_no_netlink(launchers: str) -> None:
 
 
 def test_tuning_sysctl_only_del_with_netns_gone_loads_no_netlink(launchers: str, tmp_path) -> None:
-    _need("tuning")
     conf = {"cniVersion": "1.0.0", "name": "budget", "type": "tuning", "dataDir": str(tmp_path / "tuning"),
             "sysctl": {"net.core.somaxconn": "500"}}
     _check(os.path.join(launchers, "tuning"), _env("DEL"), json.dumps(conf).encode(),

@@ -1,11 +1,12 @@
-"""Reading node state without a kernel: libcni cache entries, plugin files, portmap listings."""
+"""Reading node state without a kernel: libcni cache entries, plugin files, the GC plan."""
 
 from __future__ import annotations
 
 import base64
 import json
 
-from cnichain.tools.podstate import cache, files, kernel, view
+from cnichain.plugins.host_local.kernel import LAST_IP_PREFIX
+from cnichain.tools.podstate import cache, files, view
 
 CONFLIST = {"cniVersion": "1.0.0", "name": "k8s", "plugins": [
     {"type": "bridge", "ipam": {"type": "host-local", "dataDir": "/srv/ipam", "subnet": "10.1.0.0/24"}},
@@ -52,7 +53,7 @@ def test_plugin_files(tmp_path):
     (net / "10.1.0.5").write_bytes(b"abc123\r\neth0")
     (net / "10.1.0.6").write_bytes(b"legacy1")
     (net / "10.1.0.7").write_bytes(b"")  # stale: held by nobody
-    (net / "last_reserved_ip.0").write_bytes(b"10.1.0.7")
+    (net / f"{LAST_IP_PREFIX}0").write_bytes(b"10.1.0.7")
     (net / "lock").write_bytes(b"")
     got = sorted((r.ip, r.container_id, r.ifname) for r in files.read_reservations(str(tmp_path / "ipam")))
     assert got == [("10.1.0.5", "abc123", "eth0"), ("10.1.0.6", "legacy1", None)]
@@ -90,32 +91,6 @@ def test_pools_report_free_addresses_per_range_set(tmp_path):
     bad = cache.CacheEntry(path="/x", network="k8s", container_id="c", ifname="eth0",
                            config={"cniVersion": "1.1.0", "plugins": [{"ipam": {"type": "host-local", "ranges": 7}}]})
     assert view.pools_of([bad]) == []
-
-
-LISTING = '''table inet cnichain_portmap {
-\tchain c-0123 {
-\t\tcomment "id 5a5a k8s/abc123"
-\t\tcontinue comment "id 5a5a k8s/abc123"
-\t\tip saddr 10.0.0.0/8 meta nfproto ipv4 tcp dport 8080 dnat ip to 10.1.0.5:80 comment "any/4/tcp/8080"
-\t\tip daddr 192.0.2.1 udp dport 53 dnat ip to 10.1.0.5:5353 comment "ip/192.0.2.1/udp/53"
-\t\tmeta nfproto ipv6 tcp dport 8080 dnat ip6 to [fd00::5]:80 comment "any/6/tcp/8080"
-\t\tcontinue comment "masq/10.1.0.5"
-\t}
-\tchain m-0123 {
-\t\tip daddr 10.1.0.5 ip saddr 10.1.0.5 masquerade
-\t}
-}
-'''
-
-
-def test_portmap_listing():
-    got = [(m.container_id, m.protocol, m.host_ip, m.host_port, m.family, m.pod_ip, m.pod_port, m.conditions)
-           for m in kernel.parse_portmap_listing(LISTING)]
-    assert got == [
-        ("abc123", "tcp", "", 8080, 4, "10.1.0.5", 80, "ip saddr 10.0.0.0/8"),
-        ("abc123", "udp", "192.0.2.1", 53, 4, "10.1.0.5", 5353, ""),
-        ("abc123", "tcp", "", 8080, 6, "fd00::5", 80, ""),
-    ]
 
 
 def test_gc_plan_keeps_every_interface_of_a_valid_pod_and_deletes_dead_ones():

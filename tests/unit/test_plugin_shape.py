@@ -1,4 +1,4 @@
-"""The shape every plugin keeps (issue 14), checked on the source so it cannot drift.
+"""The shape every plugin keeps, checked on the source so it cannot drift.
 
 * each plugin package has ``config.py`` (pure parsing, with ``load``), ``plan.py`` (pure: what to
   change), ``kernel.py`` (the only module that writes to the kernel or to state files),

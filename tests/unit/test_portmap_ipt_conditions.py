@@ -14,7 +14,7 @@ def match(left, right, op="=="):
     return {"match": {"op": op, "left": left, "right": right}}
 
 
-def pl(proto, field):
+def payload(proto, field):
     return {"payload": {"protocol": proto, "field": field}}
 
 
@@ -26,22 +26,22 @@ def meta(key):
     "tokens,family,want",
     [
         # the reference README's own example
-        (["!", "-d", "192.0.2.0/24"], 4, [match(pl("ip", "daddr"), {"prefix": {"addr": "192.0.2.0", "len": 24}}, "!=")]),
-        (["-s", "10.0.0.1"], 4, [match(pl("ip", "saddr"), "10.0.0.1")]),
+        (["!", "-d", "192.0.2.0/24"], 4, [match(payload("ip", "daddr"), {"prefix": {"addr": "192.0.2.0", "len": 24}}, "!=")]),
+        (["-s", "10.0.0.1"], 4, [match(payload("ip", "saddr"), "10.0.0.1")]),
         (["--source", "10.0.0.1/32,10.1.0.0/16"], 4,
-         [match(pl("ip", "saddr"), {"set": ["10.0.0.1", {"prefix": {"addr": "10.1.0.0", "len": 16}}]})]),
-        (["-d", "fd00::/8"], 6, [match(pl("ip6", "daddr"), {"prefix": {"addr": "fd00::", "len": 8}})]),
+         [match(payload("ip", "saddr"), {"set": ["10.0.0.1", {"prefix": {"addr": "10.1.0.0", "len": 16}}]})]),
+        (["-d", "fd00::/8"], 6, [match(payload("ip6", "daddr"), {"prefix": {"addr": "fd00::", "len": 8}})]),
         (["-i", "eth0"], 4, [match(meta("iifname"), "eth0")]),
         (["!", "-o", "eth+"], 6, [match(meta("oifname"), "eth*", "!=")]),
-        (["-p", "tcp", "--dport", "8080"], 4, [match(meta("l4proto"), "tcp"), match(pl("tcp", "dport"), 8080)]),
+        (["-p", "tcp", "--dport", "8080"], 4, [match(meta("l4proto"), "tcp"), match(payload("tcp", "dport"), 8080)]),
         (["-p", "udp", "!", "--sport", "1000:2000"], 4,
-         [match(meta("l4proto"), "udp"), match(pl("udp", "sport"), {"range": [1000, 2000]}, "!=")]),
+         [match(meta("l4proto"), "udp"), match(payload("udp", "sport"), {"range": [1000, 2000]}, "!=")]),
         (["-p", "tcp", "-m", "tcp", "--dport", ":1024"], 4,
-         [match(meta("l4proto"), "tcp"), match(pl("tcp", "dport"), {"range": [0, 1024]})]),
+         [match(meta("l4proto"), "tcp"), match(payload("tcp", "dport"), {"range": [0, 1024]})]),
         (["-p", "ipv6-icmp"], 6, [match(meta("l4proto"), "icmpv6")]),
         (["-p", "all"], 4, []),
         (["-m", "comment", "--comment", "from the LB only", "-s", "10.0.0.0/8"], 4,
-         [match(pl("ip", "saddr"), {"prefix": {"addr": "10.0.0.0", "len": 8}})]),
+         [match(payload("ip", "saddr"), {"prefix": {"addr": "10.0.0.0", "len": 8}})]),
     ],
 )
 def test_translated(tokens, family, want):
@@ -73,7 +73,7 @@ def test_outside_the_subset_names_the_token(tokens, family, names):
 
 def test_config_keeps_translated_matches_per_family():
     cfg = load({"name": "n", "conditionsV4": ["!", "-d", "192.0.2.0/24"], "conditionsV6": ["-i", "eth1"]})
-    assert cfg.conditions(4) == [match(pl("ip", "daddr"), {"prefix": {"addr": "192.0.2.0", "len": 24}}, "!=")]
+    assert cfg.conditions(4) == [match(payload("ip", "daddr"), {"prefix": {"addr": "192.0.2.0", "len": 24}}, "!=")]
     assert cfg.conditions(6) == [match(meta("iifname"), "eth1")]
 
 

@@ -136,20 +136,20 @@ def test_new_result_flushgateway():
     assert [ip.gateway for ip in out.ips] == ["0.0.0.0", "::"]
 
 
-def kr(dst, gw=None, oif=3, scope=0):
+def kernel_route(dst, gw=None, oif=3, scope=0):
     return KernelRoute(dst=net(dst), gw=gw, oif=oif, scope=scope)
 
 
 KERNEL = [
-    kr("0.0.0.0/0", "10.1.0.1"),
-    kr("10.1.0.0/24", None, scope=253),
-    kr("10.9.0.0/16", "10.1.0.1"),
-    kr("192.168.7.0/24", "10.1.0.1"),
-    kr("169.254.0.0/16", "10.1.0.1"),
-    kr("::/0", "2001:db8::1"),
-    kr("2001:db8::/64", None),
-    kr("fe80::/64", None),
-    kr("10.50.0.0/16", "10.60.0.1", oif=7),  # another interface: never touched
+    kernel_route("0.0.0.0/0", "10.1.0.1"),
+    kernel_route("10.1.0.0/24", None, scope=253),
+    kernel_route("10.9.0.0/16", "10.1.0.1"),
+    kernel_route("192.168.7.0/24", "10.1.0.1"),
+    kernel_route("169.254.0.0/16", "10.1.0.1"),
+    kernel_route("::/0", "2001:db8::1"),
+    kernel_route("2001:db8::/64", None),
+    kernel_route("fe80::/64", None),
+    kernel_route("10.50.0.0/16", "10.60.0.1", oif=7),  # another interface: never touched
 ]
 
 
@@ -174,12 +174,12 @@ def test_delete_flushgateway_takes_both_defaults():
 def test_check_problems():
     cfg = load({"flushgateway": True, "delroutes": [{"dst": "192.168.7.0/24"}]})
     result = new_result(res(), cfg)
-    kernel = [kr("10.1.0.0/24", None, scope=253), kr("10.9.0.0/16", "10.1.0.1")]
+    kernel = [kernel_route("10.1.0.0/24", None, scope=253), kernel_route("10.9.0.0/16", "10.1.0.1")]
     assert check_problems(kernel, {3}, result, cfg) == []
-    assert check_problems(kernel + [kr("0.0.0.0/0", "10.1.0.1")], {3}, result, cfg) == [
+    assert check_problems(kernel + [kernel_route("0.0.0.0/0", "10.1.0.1")], {3}, result, cfg) == [
         "route-override: route is not removed: 0.0.0.0/0 via 10.1.0.1 oif 3"]
     assert check_problems(kernel[:1], {3}, result, cfg) == ["route-override: route 10.9.0.0/16 is missing from the pod"]
-    wrong_gw = [kr("10.9.0.0/16", "10.1.0.9")]
+    wrong_gw = [kernel_route("10.9.0.0/16", "10.1.0.9")]
     assert "failed to match route: 10.9.0.0/16 via 10.1.0.1" in check_problems(wrong_gw, {3}, result, cfg)[0]
 
 
@@ -187,7 +187,7 @@ def test_check_accepts_deleted_then_re_added_route():
     cfg = load({"flushroutes": True, "delroutes": [{"dst": "192.168.0.0/24"}],
                 "addroutes": [{"dst": "192.168.0.0/24", "gw": "10.1.0.254"}]})
     result = new_result(res(), cfg)
-    assert check_problems([kr("192.168.0.0/24", "10.1.0.254")], {3}, result, cfg) == []
+    assert check_problems([kernel_route("192.168.0.0/24", "10.1.0.254")], {3}, result, cfg) == []
 
 
 # -- handlers without a kernel --------------------------------------------------------------------

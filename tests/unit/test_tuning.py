@@ -239,6 +239,11 @@ def test_backup_save_is_root_only_and_atomic(tmp_path):
     assert backup.load(str(tmp_path / "nope.json")) is None
 
 
+def test_backup_file_names_name_their_attachment():
+    assert backup.owner_of(os.path.basename(backup.backup_path("/d", "abc_123", "net1"))) == ("abc_123", "net1")
+    assert [backup.owner_of(n) for n in ("noowner.json", "_eth0.json", "c_.json", "c_eth0.json.tmp")] == [None] * 4
+
+
 def test_backup_reads_reference_files(tmp_path):
     # the reference writes MarshalIndent(configToRestore) with these keys
     ref = {"mac": "6a:34:ab:56:a3:46", "promisc": False, "mtu": 1500, "allmulti": False, "txQLen": 1000}

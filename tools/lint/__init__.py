@@ -5,8 +5,8 @@ parses options and picks a renderer.  ``checks`` holds the rules, ``parsers`` ru
 own config parser, ``catalog`` knows plugin types, ``findings`` shapes the report.
 """
 
-from cnichain.tools.lint.checks import Options, lint_bytes, lint_file, lint_paths
+from cnichain.tools.lint.checks import Options, lint_bytes, lint_file, lint_paths, read_tuning_allowlist
 from cnichain.tools.lint.findings import ERROR, WARNING, FileReport, Finding, failed, render_json, render_text
 
 __all__ = ["ERROR", "WARNING", "FileReport", "Finding", "Options", "failed", "lint_bytes", "lint_file",
-           "lint_paths", "render_json", "render_text"]
+           "lint_paths", "read_tuning_allowlist", "render_json", "render_text"]

@@ -32,6 +32,19 @@ class Options:
         self.tuning_allowlist = tuning_allowlist  # None: no allowlist file on the node
 
 
+def read_tuning_allowlist(path: str) -> Optional[list[str]]:
+    """The node's tuning sysctl allowlist file, read as the plugin reads it; ValueError when unusable."""
+    from cnichain.common.errors import CniError
+    from cnichain.plugins.tuning.config import read_allowlist
+
+    if not os.path.isfile(path):
+        raise ValueError(f"--tuning-allowlist {path}: no such file")
+    try:
+        return read_allowlist(path)
+    except CniError as exc:
+        raise ValueError(str(exc)) from None
+
+
 class _Obj(dict):
     """A decoded JSON object that remembers which of its keys were written more than once."""
 

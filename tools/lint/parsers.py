@@ -93,20 +93,20 @@ def route_override_skipped(conf: dict) -> list[Problem]:
 
 def check_tuning(conf: dict, allowlist: Optional[list[str]], duplicated_sysctl: bool) -> list[Problem]:
     """tuning's load, its sysctl key rules (for a placeholder ifname) and, if given, the allowlist."""
-    from cnichain.plugins.tuning import config as tc
+    from cnichain.plugins.tuning import config as tuning_config
 
     if duplicated_sysctl:
         return [Problem("duplicated sysctl keys are not allowed", "sysctl")]
     cfg_box: list = []
-    p = _run(lambda: cfg_box.append(tc.load(conf, "")))
+    p = _run(lambda: cfg_box.append(tuning_config.load(conf, "")))
     if p:
         return [p]
     cfg = cfg_box[0]
-    p = _run(lambda: tc.resolve_sysctls(cfg, "eth0"))
+    p = _run(lambda: tuning_config.resolve_sysctls(cfg, "eth0"))
     if p:
         return [p]
     if allowlist is not None:
-        p = _run(lambda: tc.check_allowlist(cfg, allowlist))
+        p = _run(lambda: tuning_config.check_allowlist(cfg, allowlist))
         if p:
             return [p]
     return []

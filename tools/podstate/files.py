@@ -13,8 +13,6 @@ from typing import Any, Optional
 
 from cnichain.tools.podstate.cache import valid_id
 
-HOST_LOCAL_DIR = "/var/lib/cni/networks"
-TUNING_DIR = "/run/cni/tuning"
 _MAX_FILES = 100_000
 
 
@@ -77,7 +75,7 @@ def read_reservations(data_dir: str) -> list[Reservation]:
 
 
 def read_tuning_backups(data_dir: str) -> list[TuningBackup]:
-    """``<data_dir>/<containerID>_<ifname>.json`` files (the ifname is after the last ``_``)."""
+    """Every backup file of tuning's naming (:func:`cnichain.plugins.tuning.backup.backup_path`)."""
     from cnichain.plugins.tuning import backup
 
     if not safe_dir(data_dir):
@@ -88,11 +86,10 @@ def read_tuning_backups(data_dir: str) -> list[TuningBackup]:
         return []
     out = []
     for name in names:
-        if not name.endswith(".json") or "_" not in name:
+        owner = backup.owner_of(name)
+        if owner is None or not valid_id(owner[0]):
             continue
-        cid, _, ifname = name[: -len(".json")].rpartition("_")
-        if not valid_id(cid) or not ifname:
-            continue
+        cid, ifname = owner
         path = os.path.join(data_dir, name)
         if os.path.islink(path):
             continue

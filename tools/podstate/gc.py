@@ -226,3 +226,41 @@ def execute(plan: Plan, runtime_for: Callable[[CacheEntry | None], Runtime]) -> 
             ok = False
             out.append(f"GC failed for {c.network}: {exc}")
     return out, ok
+
+
+def run(conflist: str, valid: list[str], cache_dirs: list[str], bin_dirs: list[str], node_netns: str,
+        ipam_dirs: list[str], tuning_dirs: list[str], runtime_endpoint: str, apply: bool) -> tuple[str, bool]:
+    """``cnichain gc``: the plan, executed when ``apply``, as report text; and whether all of it succeeded.
+
+    ``conflist`` (a path, or "") limits the collection to its network.  Raises ValueError for input
+    that is not what it claims to be, :class:`~cnichain.tools.runtime.ConfigError` (a ValueError) for
+    an unusable conflist, RuntimeError when the named runtime does not list its sandboxes.
+    """
+    from cnichain.tools.podstate import cache as cache_mod
+    from cnichain.tools.podstate import view
+    from cnichain.tools.podstate.sandboxes import required_listing
+    from cnichain.tools.runtime import ConfList, Runtime, plugin_dirs
+
+    pairs = parse_valid(valid)
+    view.check_inputs(cache_dirs, ipam_dirs, tuning_dirs, node_netns, [c for c, _ in pairs])
+    if any(i and not cache_mod.valid_ifname(i) for _, i in pairs):
+        raise ValueError("--valid: invalid interface name")
+    conf_doc = ConfList.load(conflist).raw if conflist else None
+    entries = [e for d in cache_dirs for e in cache_mod.read_cache(d)]
+    if conf_doc is not None:
+        entries = [e for e in entries if e.network == conf_doc.get("name")]
+    listed = required_listing(runtime_endpoint)
+    src = view.Sources(cache_dirs=cache_dirs, ipam_dirs=ipam_dirs, tuning_dirs=tuning_dirs,
+                       node_netns=node_netns or None, listed=listed)
+    node = view.collect(src, network=str(conf_doc.get("name")) if conf_doc else "")
+    plan = build(entries, conf_doc, pairs if valid else None, node, listed)
+    if not apply:
+        return render(plan), True
+    dirs = plugin_dirs(bin_dirs)
+
+    def runtime_for(entry: Optional[CacheEntry]) -> Runtime:  # the entry's cache root, so DEL finds its result
+        root = os.path.dirname(os.path.dirname(entry.path)) if entry is not None else cache_dirs[0]
+        return Runtime(dirs, root, node_netns=node_netns or None)
+
+    lines, ok = execute(plan, runtime_for)
+    return render(plan, lines), ok

@@ -65,3 +65,18 @@ class CriSandboxes:
 
 def source(endpoint: str, log: Callable[[str], None]) -> "NoSandboxes | CriSandboxes":
     return CriSandboxes(endpoint, log) if endpoint else NoSandboxes()
+
+
+def required_listing(endpoint: str) -> Optional[set[str]]:
+    """For a command run by hand: the IDs ``endpoint`` lists (None without an endpoint).
+
+    RuntimeError when the runtime was named but did not answer: the operator asked for that witness,
+    so the command stops rather than deciding without it.
+    """
+    if not endpoint:
+        return None
+    problems: list[str] = []
+    ids = CriSandboxes(endpoint, problems.append).listed()
+    if ids is None:
+        raise RuntimeError(problems[0] if problems else f"no answer from {endpoint}")
+    return ids

@@ -15,6 +15,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR as HOST_LOCAL_DATA_DIR
+from cnichain.plugins.tuning.config import DEFAULT_DATA_DIR as TUNING_DATA_DIR
 from cnichain.tools.podstate import cache as cache_mod
 from cnichain.tools.podstate import files, kernel
 
@@ -110,11 +112,11 @@ def discovered_dirs(entries: list[cache_mod.CacheEntry]) -> tuple[list[str], lis
                 continue
             ip = p.get("ipam")
             if isinstance(ip, dict) and ip.get("type") == "host-local":
-                d = ip.get("dataDir") or files.HOST_LOCAL_DIR
+                d = ip.get("dataDir") or HOST_LOCAL_DATA_DIR
                 if isinstance(d, str) and files.safe_dir(d) and d not in ipam:
                     ipam.append(d)
             if p.get("type") == "tuning":
-                d = p.get("dataDir") or files.TUNING_DIR
+                d = p.get("dataDir") or TUNING_DATA_DIR
                 if isinstance(d, str) and files.safe_dir(d) and d not in tuning:
                     tuning.append(d)
     return ipam, tuning

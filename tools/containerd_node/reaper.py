@@ -12,6 +12,9 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Optional
+
+from cnichain.tools.containerd_node.holder import Holder
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -82,3 +85,34 @@ def remove_cgroups(parent: str, timeout: float = 10.0) -> list[str]:
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.1)
+
+
+def teardown(holder: Optional[Holder], net_ns: str, cgroup_parent: str) -> list[int]:
+    """Kill every process of a node (its holder's mount namespace, its network namespace, its
+    cgroup parent), stop the holder, remove the cgroups; return the pids still alive.
+
+    The mount namespace is pinned while killing: once its last process (the holder) dies, the
+    kernel may hand its inode number to a new namespace (every ``ip netns exec`` makes one), and
+    a sweep by that number would kill processes that are not the node's.
+    """
+    mount_ns, pin = "", -1
+    if holder is not None and holder.proc is not None and holder.proc.poll() is None:
+        try:
+            pin = os.open(f"/proc/{holder.pid}/ns/mnt", os.O_RDONLY)
+            mount_ns = holder.mount_ns()
+        except OSError:
+            pass
+    try:
+        alive = kill_all(mount_ns, net_ns, cgroup_parent)
+    finally:
+        if pin >= 0:
+            os.close(pin)
+    if holder is not None:
+        holder.stop()
+    remove_cgroups(cgroup_parent)
+    return alive
+
+
+def netns_id(path: str) -> str:
+    """The ``net:[inode]`` link text of the namespace bound at ``path`` (as /proc/PID/ns/net shows it)."""
+    return f"net:[{os.stat(path).st_ino}]"

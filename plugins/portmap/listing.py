@@ -1,0 +1,107 @@
+"""Our table read back: the port mappings each container's chain holds, from the libnftables JSON
+listing :func:`.kernel.listed_mappings` takes.
+
+Every ``c-<owner>`` chain starts with its identity rule (``id <digest> <network>/<containerID>``,
+see :mod:`.names`) and holds one DNAT rule per mapping and family, in the form :func:`.plan.plan_owner`
+builds: the config's conditions, the dispatch match (``meta nfproto`` or ``ip[6] daddr``), the
+``dport`` match and the ``dnat``, with the dispatch key as comment.  Pure: no kernel access; a node
+view (``cnichain inspect``) reads through here so it sees exactly what the plugin wrote.
+"""
+
+from __future__ import annotations
+
+from cnichain.common.record import Record
+
+from .conditions import render
+from .names import ID_PREFIX
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs milliseconds per exec
+    from typing import Any, Optional
+
+
+class HeldMapping(Record):
+    """One DNAT rule of a container chain, as the kernel holds it."""
+
+    __slots__ = _fields = (
+        "network", "container_id", "protocol", "host_port", "host_ip", "family", "pod_ip", "pod_port",
+        "conditions", "chain",
+    )
+    network: str  # "" when the chain carries no identity rule
+    container_id: str
+    protocol: str
+    host_port: int
+    host_ip: str  # "" = every local address of the family
+    family: int
+    pod_ip: str
+    pod_port: int
+    conditions: str  # the config's extra matches in nft syntax, "" for none
+    chain: str
+
+    def __init__(self, network: str, container_id: str, protocol: str, host_port: int, host_ip: str,
+                 family: int, pod_ip: str, pod_port: int, conditions: str = "", chain: str = "") -> None:
+        self.network = network
+        self.container_id = container_id
+        self.protocol = protocol
+        self.host_port = host_port
+        self.host_ip = host_ip
+        self.family = family
+        self.pod_ip = pod_ip
+        self.pod_port = pod_port
+        self.conditions = conditions
+        self.chain = chain
+
+
+def identity_of(comment: str) -> Optional[tuple[str, str]]:
+    """(network, container ID) named by an identity comment; None for any other comment."""
+    if not comment.startswith(ID_PREFIX):
+        return None
+    parts = comment[len(ID_PREFIX):].split(" ", 1)
+    if len(parts) != 2 or "/" not in parts[1]:
+        return None
+    network, _, container_id = parts[1].partition("/")
+    return network, container_id
+
+
+def _mapping(rule: dict, chain: str, identity: tuple[str, str]) -> Optional[HeldMapping]:
+    """The mapping one DNAT rule serves, or None for any other rule (markers, foreign rules)."""
+    expr: list[Any] = rule.get("expr") or []
+    if len(expr) < 3 or not isinstance(expr[-1], dict) or not isinstance(expr[-1].get("dnat"), dict):
+        return None
+    dnat = expr[-1]["dnat"]
+    dport = expr[-2].get("match") if isinstance(expr[-2], dict) else None
+    if not isinstance(dport, dict) or not isinstance(dport.get("right"), int):
+        return None
+    left = dport.get("left", {}).get("payload", {})
+    if left.get("field") != "dport":
+        return None
+    key = str(rule.get("comment", ""))
+    host_ip = key.split("/")[1] if key.startswith("ip/") else ""
+    port = dnat.get("port")
+    return HeldMapping(
+        network=identity[0], container_id=identity[1], protocol=str(left.get("protocol", "")),
+        host_port=int(dport["right"]), host_ip=host_ip, family=6 if dnat.get("family") == "ip6" else 4,
+        pod_ip=str(dnat.get("addr", "")), pod_port=port if isinstance(port, int) else 0,
+        conditions=render(expr[:-3]), chain=chain,
+    )
+
+
+def mappings_in(objects: list[dict]) -> list[HeldMapping]:
+    """The DNAT rules of every container chain in a listing of our table, in listing order."""
+    rules: dict[str, list[dict]] = {}
+    for obj in objects:
+        rule = obj.get("rule") if isinstance(obj, dict) else None
+        if isinstance(rule, dict) and str(rule.get("chain", "")).startswith("c-"):
+            rules.setdefault(str(rule["chain"]), []).append(rule)
+    out: list[HeldMapping] = []
+    for chain, chain_rules in rules.items():
+        identity = ("", "")
+        for rule in chain_rules:
+            found = identity_of(str(rule.get("comment", "")))
+            if found is not None:
+                identity = found
+                continue
+            held = _mapping(rule, chain, identity)
+            if held is not None:
+                out.append(held)
+    return out
