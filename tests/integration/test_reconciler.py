@@ -20,6 +20,7 @@ import pytest
 from cnichain.tools.runtime import Attachment, PluginFailed
 from tests.polling import wait_for
 from cnichain.plugins.bandwidth.config import ifb_name
+from cnichain.plugins.bridge.rules import SPOOF_TABLE
 from cnichain.plugins.portmap import names
 
 from tests.integration.reconciler_node import NODE4, Node, conflist, masquerade_rules
@@ -187,7 +188,7 @@ def test_with_the_agent_gone_the_reconciler_is_gone_and_plugins_work_as_before(n
 
 
 def spoof_rules(lab) -> str:
-    return lab.run(lab.node, "nft", "list", "table", "bridge", "cnichain_macspoof", check=False).stdout
+    return lab.run(lab.node, "nft", "list", "table", "bridge", SPOOF_TABLE, check=False).stdout
 
 
 def test_a_flushed_mac_spoof_check_comes_back_and_drops_a_changed_mac_again(node, lab):
@@ -199,7 +200,7 @@ def test_a_flushed_mac_spoof_check_comes_back_and_drops_a_changed_mac_again(node
     with node.agent("--sweep-interval", "600", "--grace", "600") as agent:
         wait_for("the first sweep", lambda: all_ok(node, att))
         lab.run(lab.node, "nft", "flush", "ruleset")
-        assert "cnichain_macspoof" not in lab.run(lab.node, "nft", "list", "tables").stdout
+        assert SPOOF_TABLE not in lab.run(lab.node, "nft", "list", "tables").stdout
         wait_for("the spoof check to return", lambda: veth in spoof_rules(lab) and mac in spoof_rules(lab))
         wait_for("the hostPort to answer again", lambda: node.fetch(8090) == "pod", timeout=15)
         # Real frames: the pod takes another MAC and the node forgets the old one; the pod's

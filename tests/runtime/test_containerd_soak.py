@@ -22,6 +22,7 @@ import time
 
 import pytest
 
+from cnichain.plugins.bridge.rules import MASQ_TABLE
 from tests import polling
 
 from . import leftovers
@@ -47,7 +48,7 @@ CHURN_PORT = 21000  # + churner index: one pod per churner at a time holds it
 
 def masquerade_leftovers(cri_node: CriNode) -> list[str]:
     """Rules in bridge's masquerade chain (each belongs to one attachment: none may outlive it)."""
-    out = cri_node.node.node_run("nft", "-j", "list", "table", "inet", "cnichain_masquerade", check=False)
+    out = cri_node.node.node_run("nft", "-j", "list", "table", "inet", MASQ_TABLE, check=False)
     if out.returncode != 0:
         return []
     return [f"masquerade rule {item['rule'].get('comment', '')}" for item in json.loads(out.stdout).get("nftables", [])

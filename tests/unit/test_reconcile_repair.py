@@ -6,6 +6,7 @@ import json
 
 from cnichain.agent.reconcile import repair
 from cnichain.common.skel import build_request
+from cnichain.plugins.bandwidth.config import ifb_name
 
 
 def _req(macspoofchk: bool, ip_masq: bool = True):
@@ -15,7 +16,7 @@ def _req(macspoofchk: bool, ip_masq: bool = True):
                 {"name": "br9", "mac": "aa:aa:aa:aa:aa:01"},
                 {"name": "veth0123abcd", "mac": "aa:aa:aa:aa:aa:01"},
                 {"name": "eth0", "mac": "0A:58:0A:09:00:02", "sandbox": "/run/netns/p"},
-                {"name": "bwp0123456789ab", "mac": "aa:aa:aa:aa:aa:03"}],  # bandwidth's IFB comes after
+                {"name": ifb_name("net1", "c1"), "mac": "aa:aa:aa:aa:aa:03"}],  # bandwidth's IFB comes after
                 "ips": [{"address": "10.9.0.2/24", "interface": 2}]}}
     env = {"CNI_COMMAND": "CHECK", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/run/netns/p", "CNI_IFNAME": "eth0",
            "CNI_PATH": "/opt/cni/bin"}
