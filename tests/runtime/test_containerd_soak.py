@@ -79,8 +79,8 @@ def test_pod_churn_under_ruleset_flushes_ends_with_no_leak_and_no_failed_pod(cri
 
         def churn(worker: int) -> None:
             for i in range(MAX_PODS_PER_CHURNER):
-                if time.monotonic() >= stop:
-                    return
+                if time.monotonic() >= stop or failures:
+                    return  # the deadline, or one failed pod already fails the soak: stop churning
                 spec = PodSpec(name=f"soak-{worker}-{i}", annotations=dict(SHAPED), ports=[
                     Port(container_port=80, host_port=CHURN_PORT + worker),
                     Port(container_port=53, host_port=CHURN_PORT + worker, protocol="UDP")])
@@ -106,7 +106,7 @@ def test_pod_churn_under_ruleset_flushes_ends_with_no_leak_and_no_failed_pod(cri
         for t in threads:
             t.start()
         for _ in range(int(SECONDS / FLUSH_EVERY) + 1):
-            if time.monotonic() >= stop:
+            if time.monotonic() >= stop or failures:
                 break
             time.sleep(min(FLUSH_EVERY, max(0.0, stop - time.monotonic())))
             node.node_run("nft", "flush", "ruleset")
