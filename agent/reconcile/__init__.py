@@ -7,8 +7,10 @@ whose namespace is long gone.  The agent runs all the time; this package is what
 * ``settings``: the options (``--reconcile off|dry-run|on``, ``--grace``, ``--network``,
   ``--runtime-endpoint``, ``--sweep-interval``, ``--cache-dir``, ``--bin-dir``, ``--mount-ns``);
 * ``netlink_events``: nftables and rtnetlink deletion notifications (the fast trigger);
-* ``attachments``: live attachments and each plugin's input, from the runtimes' result caches;
-* ``repair``: per plugin, its own check and its own repair (portmap, bandwidth, bridge's ipMasq);
+* ``attachments``: live attachments and each plugin's input, from the runtimes' result caches
+  (each file parsed again only when it changed);
+* ``repair``: per plugin, its own check and its own repair (portmap, bandwidth, bridge's ipMasq and
+  macspoofchk rules);
 * ``budget``: backing off from whoever keeps removing our state;
 * which pod sandboxes the runtime lists (CRI) is :mod:`cnichain.tools.podstate.sandboxes`, shared
   with ``cnichain inspect`` and ``cnichain gc``;

@@ -8,9 +8,10 @@ is missing *and this reconciler has seen that plugin's state installed for this 
 plugin's own repair (:mod:`.repair`).  The "seen installed" rule is what keeps us off state we do
 not own: a conflist that names ``portmap`` run by another implementation never passes our check,
 so it is never "repaired" into a second set of rules.  Just before repairing, the cache entry must
-still be there, unchanged, and the namespace must still exist; for a while after, the entry is
-watched, and if the runtime's DEL removes it meanwhile (a DEL runs the chain in reverse and drops
-the cache last), what the repair put back is removed again.  Repeated removal backs off
+still be there, unchanged, the namespace must still exist, and the runtime must not list the
+sandbox as not ready (it is stopping the pod: its DEL runs now or next); for a while after, the
+entry is watched, and if the runtime's DEL removes it meanwhile (a DEL runs the chain in reverse
+and drops the cache last), what the repair put back is removed again.  Repeated removal backs off
 (:mod:`.budget`).
 
 **Leaks**: an attachment whose cached namespace is gone, that the runtime does not list
@@ -31,22 +32,26 @@ from typing import Any, Callable, Optional
 
 from cnichain.tools.podstate import gc as gc_mod
 from cnichain.tools.podstate.cache import CacheEntry
-from cnichain.tools.podstate.view import stale_reason
+from cnichain.tools.podstate.view import pools_of, stale_reason
 from cnichain.common.errors import CniError
 from cnichain.common.skel import Request
 
 from cnichain.agent.reconcile import netlink_events as ev
 from cnichain.agent.reconcile import repair, status
-from cnichain.agent.reconcile.attachments import Target, targets
+from cnichain.agent.reconcile.attachments import CacheReader, Target
 from cnichain.agent.reconcile.budget import Budget
 from cnichain.tools.podstate.sandboxes import NoSandboxes
+from cnichain.node.cri import SANDBOX_NOTREADY
 from cnichain.agent.reconcile.settings import ReconcileConfig
 
 CONFIRM_SECONDS = 0.5  # state must stay missing this long before a repair (a DEL in progress ends first)
-WATCH_SECONDS = 15.0
-DEL_TIMEOUT = 30.0  # per plugin exec of a collecting DEL: the loop repairs nothing meanwhile  # how long after a repair a vanished cache entry means "undo it"
+WATCH_SECONDS = 15.0  # how long after a repair a vanished cache entry means "undo it"
+DEL_TIMEOUT = 30.0  # per plugin exec of a collecting DEL: the loop repairs nothing meanwhile
+POOLS_EVERY = 30.0  # seconds between readings of host-local's stores (every reservation file)
 STALE_TMP_SECONDS = 3600.0  # a half-written cache file (a writer's crash) older than this is litter
+STATES_FRESH = 0.5  # seconds one ListPodSandbox answer serves the repairs that follow it
 OK, MISSING, NOT_OURS, BACKOFF, REPAIRED, FAILED = "ok", "missing", "not-ours", "backoff", "repaired", "failed"
+STOPPING = "stopping"
 
 
 @dataclass
@@ -73,6 +78,7 @@ class Reconciler:
         self.sandboxes = sandboxes if sandboxes is not None else NoSandboxes()
         self.clock, self.wall = clock, wall
         self.counters = status.Counters()
+        self.reader = CacheReader()
         self.budget = Budget(cfg.max_repairs, cfg.repair_window)
         self.owned: set[str] = set()  # "<network>/<cid>/<ifname>|<plugin>" seen installed
         self.health: dict[str, str] = {}  # same key -> OK, MISSING, ...
@@ -82,9 +88,12 @@ class Reconciler:
         self.leaks: dict[str, str] = {}  # attachment key -> its state as a leak candidate
         self.retry_at: dict[str, float] = {}  # attachment key -> next teardown attempt (after a failure)
         self.stale: list[dict] = []
+        self.pools: list[dict] = []  # host-local range sets: network, range_set, capacity, reserved, free
+        self.pools_due = float("-inf")
         self.suspect: dict[str, float] = {}  # key -> when its state was first found missing
         self.retry_kinds: set[str] = set()  # kinds whose repair failed: the loop retries them soon
         self.runtime_listing = getattr(self.sandboxes, "description", "")
+        self._states: Optional[tuple[float, Optional[dict[str, int]]]] = None  # (when, sandbox states)
         self._load()
 
     @property
@@ -116,6 +125,7 @@ class Reconciler:
             "counters": status.as_dict(self.counters), "attachments": attachments, "stale_cache": self.stale,
             "owned": sorted(self.owned), "gone_since": self.gone_since,
             "backing_off": sorted(k for k in self.health if self.budget.blocked(k, self.clock())),
+            "pools": self.pools,
         }
 
     def save(self) -> None:
@@ -128,7 +138,7 @@ class Reconciler:
     # -- repair -----------------------------------------------------------------------------
     def repair_pass(self, kinds: frozenset[str] = ev.ALL) -> int:
         """Check (and repair) every live attachment's state of ``kinds``; the number repaired."""
-        found, _blind = targets(self.cfg.cache_dirs, self.cfg.in_scope)
+        found, _blind = self.reader.targets(self.cfg.cache_dirs, self.cfg.in_scope)
         self._forget_vanished(found)
         done = 0
         with ExitStack() as stack:
@@ -192,6 +202,9 @@ class Reconciler:
             self.retry_kinds |= rep.kinds
             return 0
         self.suspect.pop(key, None)
+        if self._stopping(t):
+            self._set(key, STOPPING, f"{missing} (the runtime lists its sandbox as not ready: it is being stopped)")
+            return 0
         if not self.acting:
             if self.health.get(key) != MISSING:
                 self.log(f"reconcile: would repair {rep.plugin_type} of {t.key}: {missing} (dry run)")
@@ -228,6 +241,20 @@ class Reconciler:
                      f"{self.cfg.repair_window:.0f} s: something else keeps removing it; backing off")
         return 1
 
+    def _stopping(self, t: Target) -> bool:
+        """Whether the runtime lists ``t``'s sandbox as not ready: the pod is being stopped (its
+        DEL runs now or next), so what is missing is on its way out, not lost.  A runtime stops
+        the sandbox's processes before it tears the network down, and on a loaded node that DEL
+        can outlast the confirmation.  One listing serves every repair of a pass."""
+        states = getattr(self.sandboxes, "states", None)
+        if states is None:
+            return False
+        now = self.clock()
+        if self._states is None or now - self._states[0] > STATES_FRESH:
+            self._states = (now, states())
+        listing = self._states[1]
+        return listing is not None and listing.get(t.entry.container_id) == SANDBOX_NOTREADY
+
     def _set(self, key: str, state: str, detail: str) -> None:
         self.health[key] = state
         self.details[key] = detail
@@ -260,7 +287,7 @@ class Reconciler:
 
     # -- leaks and the cache ------------------------------------------------------------------
     def collect_pass(self) -> None:
-        found, blind = targets(self.cfg.cache_dirs, self.cfg.in_scope)
+        found, blind = self.reader.targets(self.cfg.cache_dirs, self.cfg.in_scope)
         entries: list[tuple[CacheEntry, Optional[Target]]] = [(t.entry, t) for t in found]
         entries += [(e, None) for e in blind]
         listed = self.sandboxes.listed() if hasattr(self.sandboxes, "listed") else None
@@ -359,6 +386,19 @@ class Reconciler:
                 except OSError:
                     continue
 
+    # -- range exhaustion ---------------------------------------------------------------------
+    def read_pools(self, force: bool = False) -> None:
+        """Capacity and reservations of each host-local range set of the networks in the caches,
+        from host-local's own store and config parser (what ``cnichain inspect`` reports): a
+        full range fails the next ADD, not the node, so STATUS does not say it; a gauge does.
+        It reads every reservation file, so at most every :data:`POOLS_EVERY` seconds."""
+        now = self.clock()
+        if not force and now < self.pools_due:
+            return
+        self.pools_due = now + POOLS_EVERY
+        found, blind = self.reader.targets(self.cfg.cache_dirs, self.cfg.in_scope)
+        self.pools = [p.to_dict() for p in pools_of([t.entry for t in found] + blind)]
+
     # -- the sweep ----------------------------------------------------------------------------
     def sweep(self) -> None:
         started = time.perf_counter()
@@ -370,6 +410,10 @@ class Reconciler:
             self.collect_pass()
         except Exception as exc:  # noqa: BLE001
             self.log(f"reconcile: collection pass failed: {exc!r}")
+        try:
+            self.read_pools()
+        except Exception as exc:  # noqa: BLE001
+            self.log(f"reconcile: reading host-local's stores failed: {exc!r}")
         self.counters.sweeps += 1
         self.counters.sweep_seconds = time.perf_counter() - started
         self.counters.last_sweep = self.wall()

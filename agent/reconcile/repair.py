@@ -8,8 +8,10 @@ send (:mod:`.attachments`), in the node namespace the agent runs in -- there is 
   without touching any other container's (and flushes the UDP/SCTP conntrack entries of the ports);
 * bandwidth: its CHECK (TBF on the host veth, IFB, its TBF, ingress qdisc and redirect); repaired by
   its DEL (whatever half is left) then its ADD;
-* bridge: only the masquerade rules of ``ipMasq`` (the rest of its state is the pod's own veth and
-  addresses, which the reconciler does not re-create); repaired by its ``add_masquerade``.
+* bridge: only its nftables rules, ``ipMasq``'s masquerade and ``macspoofchk``'s MAC spoof check
+  (the rest of its state is the pod's own veth and addresses, which the reconciler does not
+  re-create); repaired by its ``add_masquerade`` and ``add_spoof_check``, each with the values
+  of the cached result (addresses; host veth and container MAC).
 
 A repairer answers only for state of its kind of change (:mod:`.netlink_events`), so an nftables
 deletion does not make every bandwidth CHECK run.  And a pass reads each plugin's kernel state
@@ -212,50 +214,99 @@ def _bridge_addresses(req: Request) -> list[str]:
     return [ip.address for ip in prev.ips] if prev is not None else []
 
 
-def _bridge_applies(req: Request) -> bool:
+def _bridge_wants(req: Request) -> tuple[list[str], Optional[tuple[str, str]]]:
+    """What bridge installed in nftables for this attachment: the addresses its ``ipMasq`` rules
+    masquerade, and the ``(host veth, container MAC)`` of its ``macspoofchk`` rule (None: no
+    spoof check, or the cached result does not say which veth and MAC)."""
     from cnichain.plugins.bridge.config import load
 
     cfg = load(req.conf, req.args, with_mac=False)
-    return cfg.ip_masq and cfg.is_layer3 and bool(_bridge_addresses(req))
+    masq = _bridge_addresses(req) if cfg.ip_masq and cfg.is_layer3 else []
+    spoof = None
+    prev = req.prev_result
+    if cfg.macspoofchk and prev is not None:
+        # bridge reports the bridge, the host veth, then the pod's interface; later plugins
+        # (bandwidth's IFB) and bridge's VLAN gateway device come after the pod's.
+        host = ""
+        for iface in prev.interfaces:
+            if iface.sandbox and iface.name == req.ifname:
+                if host and iface.mac:
+                    spoof = (host, iface.mac.lower())
+                break
+            if not iface.sandbox and iface.name != cfg.bridge:
+                host = iface.name
+    return masq, spoof
+
+
+def _bridge_applies(req: Request) -> bool:
+    masq, spoof = _bridge_wants(req)
+    return bool(masq) or spoof is not None
+
+
+def _bridge_tags(masq_listing: Optional[list[dict]], spoof_listing: Optional[list[dict]]
+                 ) -> tuple[dict[str, set[str]], dict[str, set[tuple[str, str]]]]:
+    """Per owner tag: the addresses masqueraded, and the (veth, MAC) pairs spoof-checked."""
+    from cnichain.plugins.bridge import rules
+
+    masq: dict[str, set[str]] = {}
+    for rule in rules.rules_in(masq_listing):
+        tag = rules.tag_of(str(rule.get("comment", "")))
+        masq.setdefault(tag, set()).update(a.split("/")[0] for a in rules.rule_addresses(rule))
+    spoof: dict[str, set[tuple[str, str]]] = {}
+    for rule in rules.rules_in(spoof_listing):
+        spoof.setdefault(rules.tag_of(str(rule.get("comment", ""))), set()).add(rules.spoof_guard(rule))
+    return masq, spoof
 
 
 def _bridge_survey(_stack: ExitStack) -> Any:
-    from cnichain.plugins.bridge import firewall, rules
+    from cnichain.plugins.bridge import firewall
 
-    listing = firewall.masquerade_listing()
-    out: dict[str, set[str]] = {}
-    for rule in rules.rules_in(listing):
-        tag = str(rule.get("comment", ""))[:33]
-        out.setdefault(tag, set()).update(a.split("/")[0] for a in rules.rule_addresses(rule))
-    return out
+    return _bridge_tags(firewall.masquerade_listing(), firewall.spoof_listing())
+
+
+def _bridge_missing(req: Request, masq_tags: dict[str, set[str]], spoof_tags: dict[str, set[tuple[str, str]]]
+                    ) -> Optional[str]:
+    from cnichain.plugins.bridge import rules
+
+    tag = rules.owner_tag(req.network_name, req.container_id, req.ifname)
+    masq, spoof = _bridge_wants(req)
+    out = []
+    missing = sorted({a.split("/")[0] for a in masq} - masq_tags.get(tag, set()))
+    if missing:
+        out.append(f"masquerade rules missing for {', '.join(missing)}")
+    if spoof is not None and spoof not in spoof_tags.get(tag, set()):
+        out.append(f"MAC spoof check of {spoof[1]} on {spoof[0]} missing")
+    return "; ".join(out) or None
 
 
 def _bridge_intact(tags: Any, req: Request) -> bool:
-    from cnichain.plugins.bridge import rules
-
-    have = tags.get(rules.owner_tag(req.network_name, req.container_id, req.ifname), set())
-    return {a.split("/")[0] for a in _bridge_addresses(req)} <= have
+    return _bridge_missing(req, *tags) is None
 
 
 def _bridge_check(req: Request) -> Optional[str]:
-    from cnichain.plugins.bridge import firewall
-
-    have = firewall.masquerade_addresses(req.network_name, req.container_id, req.ifname)
-    want = {a.split("/")[0] for a in _bridge_addresses(req)}
-    missing = sorted(want - {a.split("/")[0] for a in have or []})
-    return f"masquerade rules missing for {', '.join(missing)}" if missing else None
+    return _bridge_missing(req, *_bridge_survey(ExitStack()))
 
 
 def _bridge_repair(req: Request) -> None:
+    """Each set of rules replaced by bridge's own transaction (its stale rules of this
+    attachment dropped, its table and chain created if gone)."""
     from cnichain.plugins.bridge import firewall
 
-    firewall.add_masquerade(req.network_name, req.container_id, req.ifname, _bridge_addresses(req))
+    masq, spoof = _bridge_wants(req)
+    if masq:
+        firewall.add_masquerade(req.network_name, req.container_id, req.ifname, masq)
+    if spoof is not None:
+        firewall.add_spoof_check(req.network_name, req.container_id, req.ifname, *spoof)
 
 
 def _bridge_undo(req: Request) -> None:
     from cnichain.plugins.bridge import firewall
 
-    firewall.remove_masquerade(req.network_name, req.container_id, req.ifname)
+    masq, spoof = _bridge_wants(req)
+    if masq:
+        firewall.remove_masquerade(req.network_name, req.container_id, req.ifname)
+    if spoof is not None:
+        firewall.remove_spoof_check(req.network_name, req.container_id, req.ifname)
 
 
 REPAIRERS = {

@@ -103,6 +103,16 @@ def metric_lines(doc: Optional[dict], running: bool) -> list[str]:
     for name, kind, text, value in rows:
         out += family(name, kind, text)
         out.append(f"{name} {value}")
+    pools = [p for p in (doc.get("pools") if doc else None) or [] if isinstance(p, dict)]
+    for name, field_name, text in (
+            ("cnichain_agent_ipam_free_addresses", "free", "Addresses host-local can still hand out, per range set "
+             "of a network in the result caches."),
+            ("cnichain_agent_ipam_capacity_addresses", "capacity", "Addresses a host-local range set holds "
+             "(the gateway excluded).")):
+        out += family(name, "gauge", text)
+        for p in pools:
+            out.append(f'{name}{{network="{_esc(str(p.get("network")))}",range_set="{_esc(str(p.get("range_set")))}"}} '
+                       f'{int(p.get(field_name) or 0)}')
     return out
 
 
@@ -140,4 +150,7 @@ def render_text(doc: dict) -> str:
         lines.append(f"  stale cache entry {item.get('cache_file')}: {item.get('why')}, dead for {item.get('dead_for')} s")
     for key in doc.get("backing_off") or []:
         lines.append(f"  backing off: {key}")
+    for p in doc.get("pools") or []:
+        lines.append(f"  addresses {p.get('network')} {p.get('range_set')}: {p.get('free')} free of "
+                     f"{p.get('capacity')}")
     return "\n".join(lines)

@@ -89,6 +89,11 @@ def masquerade_listing() -> Optional[list[dict]]:
     return _listing(_masq_list())
 
 
+def spoof_listing() -> Optional[list[dict]]:
+    """Our MAC spoof-check chain as libnftables JSON (None: no table); read-only, for whole-node views."""
+    return _listing(_spoof_list())
+
+
 def masquerade_addresses(network: str, container_id: str, ifname: str) -> Optional[list[str]]:
     """Source addresses of this attachment's masquerade rules (None: no table at all)."""
     from . import rules

@@ -28,6 +28,7 @@ MASQ_CHAIN = "postrouting"
 SPOOF_TABLE = "cnichain_macspoof"
 SPOOF_CHAIN = "prerouting"
 COMMENT_MAX = 128
+OWNER_TAG_LEN = 33  # two 16-hex-digit hashes and a dash: owner_tag()
 _MULTICAST = {4: ("224.0.0.0", 4), 6: ("ff00::", 8)}
 
 
@@ -42,6 +43,12 @@ def network_tag(network: str) -> str:
 def owner_tag(network: str, container_id: str, ifname: str) -> str:
     """The comment prefix that identifies one attachment's rules (33 characters)."""
     return f"{_h16(network)}-{_h16(f'{ifname}:{container_id}')}"
+
+
+def tag_of(rule_comment: str) -> str:
+    """The owner tag (:func:`owner_tag`) a rule's comment starts with; "" for a comment too short."""
+    tag = rule_comment[:OWNER_TAG_LEN]
+    return tag if len(tag) == OWNER_TAG_LEN else ""
 
 
 def comment(network: str, container_id: str, ifname: str) -> str:
@@ -169,6 +176,20 @@ def spoof_rule(host_veth: str, mac: str, tag_comment: str) -> dict:
             }
         }
     }
+
+
+def spoof_guard(rule: dict) -> tuple[str, str]:
+    """``(iifname, MAC)`` a spoof-check rule guards (either empty when it does not say)."""
+    veth = mac = ""
+    for expr in rule.get("expr") or []:
+        match = expr.get("match") if isinstance(expr, dict) else None
+        if not isinstance(match, dict) or not isinstance(left := match.get("left"), dict):
+            continue
+        if (left.get("meta") or {}).get("key") == "iifname" and match.get("op") == "==":
+            veth = str(match.get("right", ""))
+        elif (left.get("payload") or {}).get("field") == "saddr" and match.get("op") == "!=":
+            mac = str(match.get("right", "")).lower()
+    return veth, mac
 
 
 def spoof_add(host_veth: str, mac: str, tag_comment: str, stale_handles: Iterable[int]) -> list[dict]:

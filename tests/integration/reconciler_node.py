@@ -18,11 +18,11 @@ NODE4, CLIENT4 = "192.168.77.1", "192.168.77.2"
 LIMITS = {"ingressRate": 80_000_000, "ingressBurst": 800_000, "egressRate": 80_000_000, "egressBurst": 800_000}
 
 
-def conflist(lab, name: str = "rcnet") -> ConfList:
+def conflist(lab, name: str = "rcnet", macspoofchk: bool = False) -> ConfList:
     data = {
         "cniVersion": "1.0.0", "name": name,
         "plugins": [
-            {"type": "bridge", "bridge": "rc0", "isGateway": True, "ipMasq": True,
+            {"type": "bridge", "bridge": "rc0", "isGateway": True, "ipMasq": True, "macspoofchk": macspoofchk,
              "ipam": {"type": "host-local", "subnet": "10.78.0.0/24", "routes": [{"dst": "0.0.0.0/0"}]}},
             {"type": "portmap", "capabilities": {"portMappings": True}},
             {"type": "bandwidth", "capabilities": {"bandwidth": True}},

@@ -20,11 +20,13 @@ import pytest
 from cnichain.tools.runtime import Attachment, PluginFailed
 from tests.polling import wait_for
 from cnichain.plugins.bandwidth.config import ifb_name
+from cnichain.plugins.bridge.rules import SPOOF_TABLE
 from cnichain.plugins.portmap import names
 
-from tests.integration.reconciler_node import NODE4, Node, masquerade_rules
+from tests.integration.reconciler_node import NODE4, Node, conflist, masquerade_rules
 
 pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def node(lab, make_runtime) -> Iterator[Node]:
@@ -80,6 +82,8 @@ def test_flushed_ruleset_and_deleted_qdiscs_come_back_from_the_plugins_own_state
         assert 'cnichain_agent_reconcile_repairs_total{plugin="bandwidth",outcome="ok"} 2' in metrics
         assert "cnichain_agent_reconcile_sweeps_total 1\n" in metrics  # only the first sweep: the events did it
         assert "cnichain_agent_reconciler_up 1" in metrics
+        # host-local's own store: a /24 less the gateway, one pod.
+        assert 'cnichain_agent_ipam_free_addresses{network="rcnet",range_set="10.78.0.1-10.78.0.254"} 252' in metrics
         with open(agent.log_path) as fh:
             log = fh.read()
         assert "reconcile: repaired portmap of rcnet/ctr-pod/eth0" in log
@@ -181,6 +185,35 @@ def test_with_the_agent_gone_the_reconciler_is_gone_and_plugins_work_as_before(n
     _pod2, att2, _ = node.pod("pod2", 8087)
     assert node.fetch(8087) == "pod2"
     node.runtime.delete(node.conf, att2)
+
+
+def spoof_rules(lab) -> str:
+    return lab.run(lab.node, "nft", "list", "table", "bridge", SPOOF_TABLE, check=False).stdout
+
+
+def test_a_flushed_mac_spoof_check_comes_back_and_drops_a_changed_mac_again(node, lab):
+    node.conf = conflist(lab, macspoofchk=True)
+    pod, att, result = node.pod("pod", 8090)
+    veth = host_veth(result)
+    mac = next(i["mac"] for i in result["interfaces"] if i.get("sandbox"))
+    assert veth in spoof_rules(lab) and mac in spoof_rules(lab)
+    with node.agent("--sweep-interval", "600", "--grace", "600") as agent:
+        wait_for("the first sweep", lambda: all_ok(node, att))
+        lab.run(lab.node, "nft", "flush", "ruleset")
+        assert SPOOF_TABLE not in lab.run(lab.node, "nft", "list", "tables").stdout
+        wait_for("the spoof check to return", lambda: veth in spoof_rules(lab) and mac in spoof_rules(lab))
+        wait_for("the hostPort to answer again", lambda: node.fetch(8090) == "pod", timeout=15)
+        # Real frames: the pod takes another MAC and the node forgets the old one; the pod's
+        # answers now carry a source MAC the repaired rule drops.
+        lab.run(pod, "ip", "link", "set", "eth0", "address", "02:00:00:00:be:ef")
+        lab.run(lab.node, "ip", "neigh", "flush", "dev", "rc0")
+        assert node.fetch(8090) == ""
+        lab.run(pod, "ip", "link", "set", "eth0", "address", mac)
+        lab.run(lab.node, "ip", "neigh", "flush", "dev", "rc0")
+        assert wait_for("the pod's own MAC to pass again", lambda: node.fetch(8090) == "pod", timeout=15)
+        wait_for("the repair to be counted", lambda: 'plugin="bridge",outcome="ok"} 1' in agent.metrics())
+    node.runtime.delete(node.conf, att)
+    assert veth not in spoof_rules(lab)
 
 
 # -- conntrack: the plugin's own job at ADD and DEL, agent or not ------------------------------------

@@ -1,9 +1,11 @@
-"""Soak: parallel pod churners with the reconciler on and the node's ruleset flushed periodically.
+"""Soak in lab namespaces: parallel pod churners through the runner with the reconciler on and the
+node's ruleset flushed periodically.
 
 Ends with zero failed pods and zero leaks: no cache entry, address, portmap chain, IFB or
-masquerade rule of any pod is left, and no pod was ever refused.  The short run (3 churners,
-about 15 s) is part of the integration suite; the issue's 10-minute run with 8 churners is opt-in,
-not in CI: ``CNICHAIN_SOAK_SECONDS=600 CNICHAIN_SOAK_CHURNERS=8 ./run tests tests/integration/test_reconciler_soak.py``.
+masquerade rule of any pod is left, and no pod was ever refused.  This is the short one (3
+churners, about 12 s by default); the issue's run through a real runtime -- 8 churners for 10
+minutes through containerd 2.1's CRI -- is ``tests/runtime/test_containerd_soak.py``.  Both read
+``CNICHAIN_SOAK_SECONDS`` and ``CNICHAIN_SOAK_CHURNERS``.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ libcni result cache, and asks containerd's CRI ``ListPodSandbox`` (``--runtime-e
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import threading
 from typing import Callable
 
 import pytest
@@ -20,13 +23,13 @@ from tests import polling
 
 from . import leftovers, traffic
 from .conftest import CriNode
+from .containerd import RELEASES
 from .cri_client import Port, PodSpec
 from .node import NETWORK, NODE_IP
 
 pytestmark = [pytest.mark.runtime, pytest.mark.integration]
 
 SHAPED = {"kubernetes.io/ingress-bandwidth": "100M", "kubernetes.io/egress-bandwidth": "100M"}
-
 
 
 def wait_for(what: str, probe: Callable[[], object], timeout: float = 30.0, step: float = 0.1) -> object:
@@ -116,3 +119,104 @@ def test_a_pod_whose_netns_vanished_is_kept_while_containerd_lists_it_and_collec
         cri.stop_pod(pod.id)  # containerd's own DEL of the collected pod still succeeds
         cri.remove_pod(pod.id)
     assert leftovers.everything(node.node_run) == []
+
+
+# -- a UDP flow follows its hostPort from one pod to the next (containerd 2.1) -----------------------
+
+CONTAINERD_21 = next(r for r in RELEASES if r.label == "containerd-2.1")
+
+# One client socket, one source port, a datagram every 50 ms: the same 5-tuple throughout, so the
+# node keeps a single conntrack entry alive for it (a UDP entry lives as long as traffic refreshes
+# it).  Each answer is printed as a line.  Bounded by its own deadline.
+UDP_FLOW = """
+import socket, sys, time
+dst, sport, limit = (sys.argv[1], int(sys.argv[2])), int(sys.argv[3]), float(sys.argv[4])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", sport))
+s.settimeout(0.05)
+end = time.monotonic() + limit
+while time.monotonic() < end:
+    s.sendto(b"ping\\n", dst)
+    try:
+        while True:
+            print(s.recvfrom(512)[0].decode(errors="replace").strip(), flush=True)
+    except (socket.timeout, OSError):
+        pass
+"""
+
+
+class UdpFlow:
+    """The client's continuous flow to ``NODE_IP:port`` and the answers it got, in order."""
+
+    def __init__(self, cri_node: CriNode, port: int, sport: int, limit: float = 300.0) -> None:
+        self.proc = subprocess.Popen(cri_node.node.client_argv(sys.executable, "-c", UDP_FLOW, NODE_IP, str(port),
+                                                               str(sport), str(limit)),
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True)
+        self.answers: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.answers.append(line.strip())
+
+    def answered(self, text: str) -> bool:
+        """The latest answers (more than one: not a straggler) all came from ``text``."""
+        recent = self.answers[-3:]
+        return len(recent) == 3 and all(a == text for a in recent)
+
+    def close(self) -> None:
+        traffic.stop(self.proc)
+        self.reader.join(10)
+
+
+def udp_pod(cri_node: CriNode, name: str, port: int) -> tuple[object, subprocess.Popen]:
+    """A pod with UDP hostPort ``port`` -> 53 (as the kubelet describes it) and, in its network
+    namespace, a UDP server that answers with the pod's name."""
+    pod = cri_node.cri.run_pod(PodSpec(name=name, ports=[Port(container_port=53, host_port=port, protocol="UDP")]))
+    in_pod = traffic.pod_argv(pod.pid)
+    server = subprocess.Popen([*in_pod, "socat", "UDP-RECVFROM:53,fork,reuseaddr", f"SYSTEM:echo {name}"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    traffic.wait_listening(in_pod, 53, "udp")
+    return pod, server
+
+
+def conntrack_sources(cri_node: CriNode, port: int) -> str:
+    """The node's UDP conntrack entries to ``port`` (their reply sources: the pod DNATed to)."""
+    return cri_node.node.node_run("conntrack", "-L", "-p", "udp", "--dport", str(port), check=False).stdout
+
+
+@pytest.mark.parametrize("containerd_release", [CONTAINERD_21], indirect=True, ids=[CONTAINERD_21.label])
+def test_a_udp_flow_follows_its_host_port_from_the_deleted_pod_to_the_new_one(cri_node: CriNode) -> None:
+    cri, port = cri_node.cri, 18094
+    with agent(cri_node, "--sweep-interval", "1", "--grace", "600") as running:
+        old, old_server = udp_pod(cri_node, "udp-old", port)
+        flow = UdpFlow(cri_node, port, sport=40494)
+        try:
+            wait_for("the flow to reach the old pod", lambda: flow.answered("udp-old"))
+            assert f"src={old.ip} " in conntrack_sources(cri_node, port)  # DNATed to the old pod
+            wait_for("the reconciler to know the old pod", lambda: states(running.socket_path, old.id).get("portmap") == "ok")
+            traffic.stop(old_server)
+            cri.stop_pod(old.id)
+            cri.remove_pod(old.id)
+            # DEL flushed the entries DNATed to the deleted pod, and the reconciler put nothing back.
+            assert f"src={old.ip} " not in conntrack_sources(cri_node, port)
+            new, new_server = udp_pod(cri_node, "udp-new", port)
+            try:
+                assert new.ip != old.ip  # else a stale entry would reach it by luck
+                # The same 5-tuple, sent all along: ADD flushed the entry the gap left, so the flow
+                # follows at once instead of blackholing until the entry times out.
+                wait_for("the same flow to reach the new pod", lambda: flow.answered("udp-new"))
+                entries = conntrack_sources(cri_node, port)
+                assert f"src={new.ip} " in entries and f"src={old.ip} " not in entries
+            finally:
+                traffic.stop(new_server)
+                cri.stop_pod(new.id)
+                cri.remove_pod(new.id)
+        finally:
+            flow.close()
+        assert 'outcome="ok"' not in running.metrics()  # nothing needed repairing
+    assert leftovers.everything(cri_node.node.node_run) == []

@@ -78,3 +78,13 @@ def test_metrics_of_a_view():
     assert "cnichain_agent_reconcile_sweeps_total 2" in text and "cnichain_agent_reconciler_up 1" in text
     assert "cnichain_agent_reconcile_last_sweep_timestamp_seconds 1700000000.500" in text
     assert "cnichain_agent_reconciler_up 0" in "\n".join(status.metric_lines(None, running=False))
+
+
+def test_free_addresses_per_range_set_are_gauges():
+    doc = {"counters": {}, "pools": [{"network": "net1", "range_set": "10.1.0.2-10.1.0.254", "capacity": 252,
+                                      "reserved": 2, "free": 250}]}
+    text = "\n".join(status.metric_lines(doc, running=True))
+    assert "# TYPE cnichain_agent_ipam_free_addresses gauge" in text
+    assert 'cnichain_agent_ipam_free_addresses{network="net1",range_set="10.1.0.2-10.1.0.254"} 250' in text
+    assert 'cnichain_agent_ipam_capacity_addresses{network="net1",range_set="10.1.0.2-10.1.0.254"} 252' in text
+    assert "addresses net1 10.1.0.2-10.1.0.254: 250 free of 252" in status.render_text(doc)

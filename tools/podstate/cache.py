@@ -99,26 +99,36 @@ def parse_entry(path: str, data: bytes) -> Optional[CacheEntry]:
     )
 
 
-def read_cache(cache_dir: str) -> list[CacheEntry]:
-    """Every entry under ``<cache_dir>/results`` (missing directory: none)."""
+def entry_paths(cache_dir: str) -> list[str]:
+    """Paths of the files under ``<cache_dir>/results`` that may be entries, sorted (missing
+    directory: none); half-written (``*.tmp*``) and hidden files are not."""
     folder = os.path.join(cache_dir, "results")
     try:
         names = sorted(os.listdir(folder))[:_MAX_ENTRIES]
     except OSError:
         return []
+    return [os.path.join(folder, n) for n in names if ".tmp" not in n and not n.startswith(".")]
+
+
+def read_entry(path: str) -> tuple[Optional[CacheEntry], Optional[os.stat_result]]:
+    """``(entry or None, the stat of the very file read or None)``: the stat is taken from the
+    open file, so it describes the bytes parsed even when a writer replaces the file meanwhile."""
+    try:
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            data = fh.read(_MAX_ENTRY_BYTES + 1)
+    except OSError:
+        return None, None
+    if len(data) > _MAX_ENTRY_BYTES:
+        return None, st
+    return parse_entry(path, data), st
+
+
+def read_cache(cache_dir: str) -> list[CacheEntry]:
+    """Every entry under ``<cache_dir>/results`` (missing directory: none)."""
     out = []
-    for name in names:
-        if ".tmp" in name or name.startswith("."):
-            continue
-        path = os.path.join(folder, name)
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read(_MAX_ENTRY_BYTES + 1)
-        except OSError:
-            continue
-        if len(data) > _MAX_ENTRY_BYTES:
-            continue
-        entry = parse_entry(path, data)
+    for path in entry_paths(cache_dir):
+        entry, _st = read_entry(path)
         if entry is not None:
             out.append(entry)
     return out

@@ -28,6 +28,9 @@ class NoSandboxes:
     def listed(self) -> Optional[set[str]]:
         return None
 
+    def states(self) -> Optional[dict[str, int]]:
+        return None
+
 
 class CriSandboxes:
     """ListPodSandbox on a CRI unix socket (``unix://`` prefix optional)."""
@@ -45,13 +48,19 @@ class CriSandboxes:
             self.log(f"reconcile: runtime listing unavailable ({text}); deciding on netns and grace only")
 
     def listed(self) -> Optional[set[str]]:
+        states = self.states()
+        return None if states is None else set(states)
+
+    def states(self) -> Optional[dict[str, int]]:
+        """Sandbox ID -> its CRI state (``cri.SANDBOX_READY`` or ``SANDBOX_NOTREADY``); None when
+        the runtime cannot tell."""
         try:
             sandboxes = cri.list_pod_sandboxes(self.path, timeout=self.timeout)
         except cri.CriError as exc:
             self._warn(str(exc))
             return None
         self._warned = ""
-        return {s.id for s in sandboxes}
+        return {s.id: s.state for s in sandboxes}
 
 
 def source(endpoint: str, log: Callable[[str], None]) -> "NoSandboxes | CriSandboxes":
