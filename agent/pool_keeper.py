@@ -84,6 +84,15 @@ class PoolKeeper:
         peak = self.peak if time.monotonic() - self.peak_at <= PEAK_WINDOW else 0
         return min(self.cfg.max_workers, max(self.cfg.pool_size, peak))
 
+    def metric_lines(self) -> list[str]:
+        """The pool as a Prometheus gauge: how many workers are in each state right now."""
+        counts = dict.fromkeys((pool.WARMING, pool.IDLE, pool.BUSY, pool.RETIRING), 0)
+        for w in self.workers.values():
+            counts[w.state] = counts.get(w.state, 0) + 1
+        return ["# HELP cnichain_agent_workers Long-lived workers by state.",
+                "# TYPE cnichain_agent_workers gauge",
+                *(f'cnichain_agent_workers{{state="{state}"}} {n}' for state, n in counts.items())]
+
     def _live(self) -> int:
         return sum(1 for w in self.workers.values() if w.state != pool.RETIRING)
 

@@ -78,6 +78,7 @@ class Agent:
         self.listeners: dict[int, Listener] = {}  # fd -> listener
         self.conns: dict[int, Conn] = {}  # fd -> every open connection, until closed
         self.pool = PoolKeeper(config, self.plugins, self.sel, self.log)
+        self.metrics.sources.append(self.pool.metric_lines)
         self.inflight = InFlight(config, self.plugins, self.sel, self.pool, self.metrics, self.log, self._close)
         self.handshake = Handshake(config, self.plugins, self.metrics, self.log, self._close, self.inflight.start)
         self.draining = False

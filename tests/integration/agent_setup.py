@@ -116,3 +116,11 @@ def wait_for(predicate, timeout: float = 20.0) -> None:
 
 def ns_inode(path: str) -> int:
     return os.stat(path).st_ino
+
+
+def settled(agent) -> None:
+    """Wait until no worker of ``agent`` is busy.  A client gets its answer before its worker has
+    checked that it is back home and told the agent so; a request arriving in between finds no idle
+    worker and gets a new one at once (by design: never a queue).  Tests that count on one worker
+    serving requests one after another wait for this between them."""
+    wait_for(lambda: 'cnichain_agent_workers{state="busy"} 0' in agent.metrics())

@@ -27,7 +27,7 @@ from cnichain.tools.runtime import Attachment, ConfList, Runtime
 from cnichain.common import shim
 
 from tests.integration.agent_setup import (
-    AGENT_ENV, PROBE, Setup, finish, ns_inode, probe_conf, run, start, wait_for,
+    AGENT_ENV, PROBE, Setup, finish, ns_inode, probe_conf, run, settled, start, wait_for,
 )
 
 pytestmark = pytest.mark.integration
@@ -390,6 +390,7 @@ def test_pooled_workers_serve_many_requests_each_in_its_callers_namespace(setup,
             node = lab.node if i % 2 == 0 else other
             code, out, err = run(setup.warm, "probe", "ADD", probe_conf(setup), node, CNI_CONTAINERID=f"p{i}")
             assert code == 0, out + err
+            settled(agent)
         wait_for(lambda: 'outcome="ok"} 6' in agent.metrics())
         text = agent.metrics()
     recs = [r for r in setup.records() if r["phase"] == "start"]

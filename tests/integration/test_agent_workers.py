@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from tests.integration.agent_setup import Setup, finish, probe_conf, run, start, wait_for
+from tests.integration.agent_setup import Setup, finish, probe_conf, run, settled, start, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -121,8 +121,9 @@ class Pod:
         self.lab.delete_netns(self.node)
 
 
-def _sequence(lab, bin_dir: str, data: str) -> list:
-    """Every step's (plugin, command, pod, exit code, stdout, stderr, kernel state of that pod)."""
+def _sequence(lab, bin_dir: str, data: str, agent=None) -> list:
+    """Every step's (plugin, command, pod, exit code, stdout, stderr, kernel state of that pod);
+    with ``agent``, each step waits until its worker is idle again (:func:`settled`)."""
     pods = [Pod(lab, "a"), Pod(lab, "b")]
     steps = []
     try:
@@ -135,6 +136,8 @@ def _sequence(lab, bin_dir: str, data: str) -> list:
             proc = start(bin_dir, plugin["type"], command, conf, pod.node, CNI_NETNS=pod.pod,
                          CNI_CONTAINERID=pod.cid)
             code, out, err = finish(proc)
+            if agent is not None:
+                settled(agent)
             steps.append((plugin["type"], command, pod.cid, code, _scrub(out), _scrub(err), _scrub(pod.state().encode())))
             return out
 
@@ -173,7 +176,7 @@ def test_a_reused_worker_gives_the_same_bytes_and_kernel_state_as_fresh_processe
     shutil.rmtree(data)
     with setup.agent("--pool", "1") as agent:
         _ready_workers(agent, 1)
-        warm = _sequence(lab, setup.warm, data)
+        warm = _sequence(lab, setup.warm, data, agent)
         log = agent.log_path
         wait_for(lambda: len(_workers_of(log)) == len(warm))
         workers = _workers_of(log)
@@ -197,6 +200,7 @@ def _two_requests(setup, lab, first: dict, *agent_args: str, second_umask: int =
     with setup.agent("--pool", "1", "--request-timeout", "2", *agent_args) as agent:
         _ready_workers(agent, 1)
         a = run(setup.warm, "probe", "ADD", probe_conf(setup, **first), lab.node, CNI_CONTAINERID="first")
+        settled(agent)
         b = finish(start(setup.warm, "probe", "ADD", probe_conf(setup), lab.node, umask=second_umask,
                          CNI_CONTAINERID="second"))
         wait_for(lambda: len(_workers_of(agent.log_path)) == 2)
@@ -243,8 +247,10 @@ def test_a_worker_retires_after_its_request_limit_and_when_its_memory_grows(setu
         _ready_workers(agent, 1)
         for i in range(4):
             assert run(setup.warm, "probe", "ADD", probe_conf(setup), lab.node, CNI_CONTAINERID=f"n{i}")[0] == 0
+            settled(agent)
         assert run(setup.warm, "probe", "ADD", probe_conf(setup, leave="grow", mib=64), lab.node,
                    CNI_CONTAINERID="grow")[0] == 0
+        settled(agent)
         assert run(setup.warm, "probe", "ADD", probe_conf(setup), lab.node, CNI_CONTAINERID="after")[0] == 0
         wait_for(lambda: len(_workers_of(agent.log_path)) == 6)
         workers = _workers_of(agent.log_path)
