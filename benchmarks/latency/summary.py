@@ -55,6 +55,13 @@ class Pairs:
         if self.primary_ours in cells and self.primary in cells:
             cells["ratio"] = ratio_of(cells[self.primary_ours], cells[self.primary])
 
+    def headline(self, result: dict, ratios: dict) -> None:
+        """``ratio`` (primary ours) and ``ratio_warm`` against the primary reference, picked from
+        ``ratios``, for the results whose ratios are computed on their own terms."""
+        for key, mode in (("ratio", self.primary_ours), ("ratio_warm", "warm")):
+            if mode in result and self.primary in result:
+                result[key] = ratios[f"{mode}/{self.primary}"]
+
 
 def _with_impl(values: dict[str, list[float]], impl: Callable[[str], str]) -> dict:
     """{mode: stats + which binary ran} for one plugin/command (and level) cell."""
@@ -176,9 +183,7 @@ def _chain_totals(bench: Any, modes: list[str], pairs: Pairs, ref_types: set[str
     ratios = {key: per_command(o, r) for key, o, r in pairs.each() if o in totals and r in totals}
     if ratios:
         totals["ratios"] = ratios
-    for key, mode in (("ratio", pairs.primary_ours), ("ratio_warm", "warm")):
-        if mode in totals and pairs.primary in totals:
-            totals[key] = ratios[f"{mode}/{pairs.primary}"]
+    pairs.headline(totals, ratios)
     return totals
 
 
@@ -231,9 +236,7 @@ def _status(rows: list[dict], pairs: Pairs, ref_types: set[str]) -> dict:
               for key, o, r in pairs.each() if o in result and r in result}
     if ratios:
         result["ratios"] = ratios
-    for key, which in (("ratio", pairs.primary_ours), ("ratio_warm", "warm")):
-        if which in result and pairs.primary in result:
-            result[key] = ratios[f"{which}/{pairs.primary}"]
+    pairs.headline(result, ratios)
     return result
 
 
