@@ -13,7 +13,7 @@ from __future__ import annotations
 from cnichain.common.record import Record
 
 from .conditions import render
-from .names import ID_PREFIX
+from .names import DNAT_CHAIN_PREFIX, ID_PREFIX
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds per exec
@@ -74,7 +74,7 @@ def mappings_in(objects: list[dict]) -> list[HeldMapping]:
     rules: dict[str, list[dict]] = {}
     for obj in objects:
         rule = obj.get("rule") if isinstance(obj, dict) else None
-        if isinstance(rule, dict) and str(rule.get("chain", "")).startswith("c-"):
+        if isinstance(rule, dict) and str(rule.get("chain", "")).startswith(DNAT_CHAIN_PREFIX):
             rules.setdefault(str(rule["chain"]), []).append(rule)
     out: list[HeldMapping] = []
     for chain, chain_rules in rules.items():

@@ -70,16 +70,22 @@ def network_digest(network: str) -> str:
     return _digest("network", network)[:12]
 
 
+# The prefixes of the chains made per container (DNAT, masquerade) and per hash bucket; what
+# starts with one of them in our table is ours to rebuild, list or remove.
+DNAT_CHAIN_PREFIX, MASQ_CHAIN_PREFIX, BUCKET_CHAIN_PREFIX = "c-", "m-", "b-"
+OWNED_CHAIN_PREFIXES = (DNAT_CHAIN_PREFIX, MASQ_CHAIN_PREFIX, BUCKET_CHAIN_PREFIX)
+
+
 def dnat_chain(owner: str) -> str:
-    return f"c-{owner}"
+    return f"{DNAT_CHAIN_PREFIX}{owner}"
 
 
 def masq_chain(owner: str) -> str:
-    return f"m-{owner}"
+    return f"{MASQ_CHAIN_PREFIX}{owner}"
 
 
 def bucket_chain(key: str) -> str:
-    return f"b-{_digest('bucket', key)[:32]}"
+    return f"{BUCKET_CHAIN_PREFIX}{_digest('bucket', key)[:32]}"
 
 
 def identity_comment(network: str, container_id: str) -> str:

@@ -14,6 +14,7 @@ from cnichain.common.record import Record
 
 from . import commands as nft
 from .names import (
+    DNAT_CHAIN_PREFIX,
     ID_PREFIX,
     bucket_chain,
     dnat_chain,
@@ -73,8 +74,8 @@ class Snapshot(Record):
 
     def owners(self) -> list[str]:
         """Owner hashes in creation order (chain handles grow monotonically)."""
-        names = [n for n in self.chains if n.startswith("c-")]
-        return [n[2:] for n in sorted(names, key=lambda n: self.chains[n])]
+        names = [n for n in self.chains if n.startswith(DNAT_CHAIN_PREFIX)]
+        return [n[len(DNAT_CHAIN_PREFIX):] for n in sorted(names, key=lambda n: self.chains[n])]
 
     def identity(self, owner: str) -> str:
         for c in self.comments.get(dnat_chain(owner), []):

@@ -20,7 +20,7 @@ from cnichain.plugins.tuning.config import DEFAULT_DATA_DIR as TUNING_DIR
 from cnichain.tools.podstate import cache
 
 PORTMAP_TABLE = (portmap_names.FAMILY, portmap_names.TABLE)
-PORTMAP_OWNED_PREFIXES = ("c-", "m-", "b-")
+PORTMAP_OWNED_PREFIXES = portmap_names.OWNED_CHAIN_PREFIXES
 LIBCNI_CACHE_DIR = os.path.join(cache.LIBCNI_CACHE_DIR, "results")  # the runtime's (libcni's) cached results and capability args
 NETNS_DIR = "/run/netns"
 
