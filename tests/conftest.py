@@ -41,12 +41,27 @@ def pytest_configure(config: Any) -> None:
 
 
 def pytest_collection_modifyitems(config: Any, items: list) -> None:
+    if os.environ.get("CNICHAIN_TEST_AGENT") == "1":
+        _keep_what_runs_plugins(config, items)
     if os.geteuid() == 0 and shutil.which("ip"):
         return
     skip = pytest.mark.skip(reason="integration tests need root and iproute2")
     for item in items:
         if "integration" in item.keywords:
             item.add_marker(skip)
+
+
+def _keep_what_runs_plugins(config: Any, items: list) -> None:
+    """The warm pass deselects the integration tests that never exec a plugin from ``plugin_dir``
+    (images, bundles, the bench, the agent's own harnesses): they would run exactly as in the cold
+    pass, so only the tests whose plugins the session agent serves run twice."""
+    keep, drop = [], []
+    for item in items:
+        runs_plugins = "plugin_dir" in getattr(item, "fixturenames", ())
+        (keep if runs_plugins or "integration" not in item.keywords else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.fixture(scope="session")
