@@ -43,6 +43,7 @@ from cnichain.agent.reconcile import repair, status
 from cnichain.agent.reconcile.attachments import CacheReader, Target
 from cnichain.agent.reconcile.budget import Budget
 from cnichain.agent.reconcile.ownership import Ownership
+from cnichain.agent.reconcile.uncached_leaks import UncachedCollector
 from cnichain.tools.podstate.sandboxes import NoSandboxes
 from cnichain.node.cri import SANDBOX_NOTREADY
 from cnichain.agent.reconcile.settings import ReconcileConfig
@@ -98,6 +99,7 @@ class Reconciler:
         self.retry_kinds: set[str] = set()  # kinds whose repair failed: the loop retries them soon
         self.runtime_listing = getattr(self.sandboxes, "description", "")
         self._states: Optional[tuple[float, Optional[dict[str, int]]]] = None  # (when, sandbox states)
+        self.uncached = UncachedCollector(cfg, self.sandboxes, self.counters, log, wall)  # a lost cache's leaks
         self._load()
 
     @property
@@ -129,7 +131,7 @@ class Reconciler:
             "counters": status.as_dict(self.counters), "attachments": attachments, "stale_cache": self.stale,
             "owned": sorted(self.owned), "gone_since": self.gone_since,
             "backing_off": sorted(k for k in self.health if self.budget.blocked(k, self.clock())),
-            "pools": self.pools,
+            "pools": self.pools, "uncached": self.uncached.view, "uncached_note": self.uncached.note,
         }
 
     def save(self) -> None:
@@ -415,6 +417,10 @@ class Reconciler:
             self.collect_pass()
         except Exception as exc:  # noqa: BLE001
             self.log(f"reconcile: collection pass failed: {exc!r}")
+        try:
+            self.uncached.pass_(self.acting)
+        except Exception as exc:  # noqa: BLE001
+            self.log(f"reconcile: collecting state with no cache entry failed: {exc!r}")
         try:
             self.read_pools()
         except Exception as exc:  # noqa: BLE001
