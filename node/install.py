@@ -209,9 +209,9 @@ def _owned(path: str, manifest: dict[str, str]) -> bool:
 
 
 def written_here(path: str, plugin_type: str) -> bool:
-    """Whether ``path`` is one of our executables for ``plugin_type``: a file ``install`` recorded
-    in its directory's manifest and nobody changed since, a launcher of ours (its marker line and
-    the plugin's module), or a native shim configured for that type whose cold launcher is ours.
+    """Whether ``path`` is one of our executables for ``plugin_type``: a launcher of ours (its
+    marker line and the plugin's module, as ``install`` and ``node install`` write it), or a native
+    shim configured for that type whose cold launcher is one.
 
     What the reconciler asks before it protects state it has not seen installed yet: a conflist
     that names ``portmap`` while the bin dir holds another implementation is not ours to repair.
@@ -224,8 +224,6 @@ def written_here(path: str, plugin_type: str) -> bool:
             data = fh.read(8 << 20)
     except OSError:
         return False
-    if _load_manifest(os.path.dirname(path)).get(path) == _digest(data):
-        return True
     if data.startswith(b"#!"):
         head = data[:4096].decode("utf-8", "replace")
         return MARKER in head and f"cnichain.plugins.{module}.__main__" in head
