@@ -89,6 +89,9 @@ def run(cfg: ReconcileConfig, parent: int = 0) -> int:
     watch = _watch_caches(cfg, log)
     if watch is not None:
         sel.register(watch.fd, selectors.EVENT_READ, watch)
+    hints = _hints(cfg)
+    if hints is not None:
+        sel.register(hints, selectors.EVENT_READ, hints)
     log(f"reconcile: {cfg.mode}: networks={','.join(cfg.networks) or 'all'} grace={cfg.grace:g}s "
         f"sweep={cfg.sweep_interval:g}s caches={','.join(cfg.cache_dirs)} runtime listing: {engine.runtime_listing}")
     next_sweep = time.monotonic()
@@ -107,6 +110,11 @@ def run(cfg: ReconcileConfig, parent: int = 0) -> int:
                             pass
                     except BlockingIOError:
                         pass
+                    continue
+                if key.data is hints and hints is not None:
+                    if _read_hints(hints, engine) and watch is None and pending is None:
+                        kinds |= ev.ALL  # no cache watch: look soon, the cache entry follows the ADD
+                        pending = time.monotonic() + 1.0
                     continue
                 if key.data is watch:
                     changes = watch.read()
@@ -149,6 +157,8 @@ def run(cfg: ReconcileConfig, parent: int = 0) -> int:
             sub.close()
         if watch is not None:
             watch.close()
+        if hints is not None:
+            hints.close()
         log("reconcile: stopped")
     return 0
 
@@ -159,6 +169,46 @@ def _watch_caches(cfg: ReconcileConfig, log: AgentLog) -> Optional[cache_events.
     except (OSError, AttributeError) as exc:
         log(f"reconcile: cannot watch the result caches ({exc}); new attachments wait for the sweep")
         return None
+
+
+def _hints(cfg: ReconcileConfig) -> Optional[socket.socket]:
+    if cfg.hints_fd < 0:
+        return None
+    try:
+        sock = socket.socket(fileno=cfg.hints_fd)
+    except OSError:
+        return None
+    sock.setblocking(False)
+    return sock
+
+
+def _read_hints(sock: socket.socket, engine: Reconciler) -> int:
+    """The agent's served ADDs: ``{"type", "cid", "ifname"}`` JSON, a newline, the plugin's stdin
+    (its network name).  Anything malformed is dropped: a hint only ever adds ownership."""
+    import json
+
+    from cnichain.tools.podstate.cache import valid_id, valid_ifname
+
+    n = 0
+    for _ in range(1024):  # bounded: the rest waits for the next wakeup
+        try:
+            data = sock.recv(1 << 17)
+        except (BlockingIOError, InterruptedError):
+            break
+        except OSError:
+            break
+        if not data:
+            break
+        head, _, stdin = data.partition(b"\n")
+        try:
+            meta, conf = json.loads(head), json.loads(stdin)
+            network, cid, ifname, ptype = str(conf["name"]), str(meta["cid"]), str(meta["ifname"]), str(meta["type"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if valid_id(network) and valid_id(cid) and valid_ifname(ifname):
+            engine.ownership.served(f"{network}/{cid}/{ifname}", ptype)
+            n += 1
+    return n
 
 
 def _pass(engine: Reconciler, log: AgentLog, kinds: frozenset[str]) -> None:

@@ -88,3 +88,26 @@ def test_uncached_state_is_a_leak_only_when_the_runtime_answered_and_lacks_it():
     assert leak.reservations[0][0] == "/var/lib/cni/networks"
     assert uncached.render(leaks)[0].startswith("would collect net/lost (no cache entry")
     assert uncached.find(node, {"live", "lost"}, set())[0].key == "net/elsewhere"  # listed: kept
+
+
+def test_an_add_the_agent_served_reaches_the_reconciler_as_ownership(tmp_path):
+    import socket
+    from types import SimpleNamespace
+
+    from cnichain.agent.reconcile import Process, loop
+    from cnichain.agent.reconcile.settings import ReconcileConfig
+
+    proc = Process(ReconcileConfig(), lambda _m: None)
+    proc.hints, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    theirs.setblocking(False)
+    env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0"}
+    stdin = b'{"cniVersion": "1.0.0", "name": "net", "type": "portmap"}'
+    proc.served(SimpleNamespace(command="ADD", plugin_type="portmap", env=env, stdin=stdin), 0)
+    proc.served(SimpleNamespace(command="ADD", plugin_type="bandwidth", env=env, stdin=stdin), 1)  # failed: no hint
+    proc.served(SimpleNamespace(command="DEL", plugin_type="bridge", env=env, stdin=stdin), 0)  # not an ADD
+    proc.hints.send(b"not json\n{}")  # malformed: dropped
+    engine = SimpleNamespace(ownership=Ownership(lambda: []))
+    assert loop._read_hints(theirs, engine) == 1  # type: ignore[arg-type]
+    assert engine.ownership.ours("net/c1/eth0", "portmap") and not engine.ownership.ours("net/c1/eth0", "bandwidth")
+    proc.hints.close()
+    theirs.close()
