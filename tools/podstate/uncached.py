@@ -67,7 +67,7 @@ def find(node: NodeView, listed: Optional[set[str]], cached_ids: set[str]) -> li
         if cv.attachments or cid in cached_ids or cid in listed or not cid:
             continue
 
-        def get(network: str) -> Leak:
+        def get(network: str, cid: str = cid) -> Leak:
             return leaks.setdefault((network, cid), Leak(network, cid))
 
         for r in cv.reservations:
