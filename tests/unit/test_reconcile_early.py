@@ -9,6 +9,8 @@ import struct
 
 from cnichain.agent.reconcile import cache_events as ce
 from cnichain.agent.reconcile.ownership import Ownership
+from cnichain.plugins.bandwidth.config import ifb_name
+from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR
 from cnichain.node import install as installer
 from cnichain.plugins.portmap.listing import HeldMapping
 from cnichain.tools.podstate import files, kernel, uncached
@@ -67,9 +69,9 @@ def test_only_our_own_executables_make_unseen_state_ours(tmp_path):
 
 def _node() -> NodeView:
     lost = ContainerView("lost", reservations=[files.Reservation("net", "10.1.0.5", "lost", "eth0",
-                                                                 "/var/lib/cni/networks/net/10.1.0.5")],
+                                                                 f"{DEFAULT_DATA_DIR}/net/10.1.0.5")],
                          port_mappings=[HeldMapping("net", "lost", "tcp", 8080, "", 4, "10.1.0.5", 80)],
-                         shaping=[{"kind": "ifb", "ifb": "bwp0123", "network": "net", "container_id": "lost"}],
+                         shaping=[{"kind": "ifb", "ifb": ifb_name("net", "lost"), "network": "net", "container_id": "lost"}],
                          masquerade=[kernel.Masquerade("net", "lost", "eth0", ["10.1.0.5/24"])])
     live = ContainerView("live", reservations=[files.Reservation("net", "10.1.0.6", "live", "eth0", "/x/net/10.1.0.6")])
     other_net = ContainerView("elsewhere", reservations=[files.Reservation("net", "10.1.0.7", "elsewhere", "eth1",
@@ -84,8 +86,8 @@ def test_uncached_state_is_a_leak_only_when_the_runtime_answered_and_lacks_it():
     leaks = uncached.find(node, {"live"}, {"elsewhere"})  # "elsewhere" is cached on another network
     assert [lk.key for lk in leaks] == ["net/lost"]
     (leak,) = leaks
-    assert leak.held() == ["host-local 10.1.0.5", "portmap tcp/8080", "ifb bwp0123", "masquerade 10.1.0.5/24"]
-    assert leak.reservations[0][0] == "/var/lib/cni/networks"
+    assert leak.held() == ["host-local 10.1.0.5", "portmap tcp/8080", f"ifb {ifb_name('net', 'lost')}", "masquerade 10.1.0.5/24"]
+    assert leak.reservations[0][0] == DEFAULT_DATA_DIR
     assert uncached.render(leaks)[0].startswith("would collect net/lost (no cache entry")
     assert uncached.find(node, {"live", "lost"}, set())[0].key == "net/elsewhere"  # listed: kept
 
