@@ -70,15 +70,15 @@ class Process:
         attachment's state of that plugin is ours from now on (its cache entry follows)."""
         if self.hints is None or code != 0 or getattr(req, "command", "") != "ADD":
             return
-        env = req.env
-        if len(req.stdin) > HINT_STDIN_MAX:
-            return
-        msg = json.dumps({"type": req.plugin_type, "cid": env.get("CNI_CONTAINERID", ""),
-                          "ifname": env.get("CNI_IFNAME", "")}).encode() + b"\n" + bytes(req.stdin)
         try:
+            env = req.env
+            if len(req.stdin) > HINT_STDIN_MAX:
+                return
+            msg = json.dumps({"type": req.plugin_type, "cid": env.get("CNI_CONTAINERID", ""),
+                              "ifname": env.get("CNI_IFNAME", "")}).encode() + b"\n" + bytes(req.stdin)
             self.hints.send(msg)
-        except OSError:
-            pass  # full (the reconciler is busy) or gone: the plugin's executable still decides
+        except Exception:  # noqa: BLE001 - full, gone, or odd: a hint never costs the agent's loop anything
+            pass  # the plugin's executable still decides what is ours
 
     @property
     def running(self) -> bool:

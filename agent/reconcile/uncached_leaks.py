@@ -21,6 +21,7 @@ from cnichain.agent.reconcile.settings import ReconcileConfig
 from cnichain.agent.reconcile.status import Counters
 
 RETRY_AFTER = 60.0  # seconds before a failed collection is tried again
+EVERY = 30.0  # at most this many seconds between looks (each reads every cache file and the kernel state)
 
 
 class UncachedCollector:
@@ -36,6 +37,7 @@ class UncachedCollector:
         self.ipam_dirs: list[str] = []  # every host-local dataDir a cached conflist ever named
         self.view: list[dict] = []  # for the status file
         self.note = ""  # why nothing is looked at (no listing)
+        self.due = float("-inf")  # wall time of the next look
 
     def _listed(self) -> Optional[set[str]]:
         listed = getattr(self.sandboxes, "listed", None)
@@ -49,6 +51,11 @@ class UncachedCollector:
         from cnichain.tools.podstate import view as view_mod
         from cnichain.tools.podstate.cache import read_cache
 
+        now = self.wall()
+        if now < self.due:
+            return
+        # Often enough that a candidate is acted on soon after its grace period, at most every EVERY s.
+        self.due = now + min(EVERY, max(self.cfg.sweep_interval, self.cfg.grace / 2))
         listed = self._listed()
         if listed is None:  # no listing configured, or no answer: cannot tell
             self.since.clear()  # every grace period starts again once the runtime answers
@@ -66,7 +73,6 @@ class UncachedCollector:
         node = view_mod.collect(src)
         leaks = [lk for lk in uncached.find(node, listed, {e.container_id for e in entries})
                  if self.cfg.in_scope(lk.network)]
-        now = self.wall()
         seen = set()
         due = []
         self.view = []
