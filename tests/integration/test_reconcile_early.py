@@ -53,7 +53,7 @@ def timed(what: str, probe, since: float) -> float:
 
 def break_before_cache_write(node: Node, lab, veth_of: dict) -> dict:
     """Wrap the runner's cache write: the chain's ADD is done, the entry not written yet -- flush the
-    ruleset and delete the new pod's root qdisc right there."""
+    ruleset and delete the new pod's root qdisc right there, then write the entry 1.5 s later."""
     original = node.runtime._save_cache
     when: dict = {}
 
@@ -62,7 +62,10 @@ def break_before_cache_write(node: Node, lab, veth_of: dict) -> dict:
         veth_of["veth"] = veth
         lab.run(lab.node, "nft", "flush", "ruleset")
         lab.run(lab.node, "tc", "qdisc", "del", "dev", veth, "root")
-        when["flushed"] = time.monotonic()
+        # A slow runtime: the passes the flush's notifications trigger are over before the entry
+        # exists, so only the cache watch can bring the repair.
+        time.sleep(1.5)
+        when["written"] = time.monotonic()
         original(conflist, att, result)
 
     node.runtime._save_cache = save
@@ -75,14 +78,13 @@ def test_a_flush_between_the_chains_add_and_its_cache_write_is_repaired(node, la
         veth_of: dict = {}
         when = break_before_cache_write(node, lab, veth_of)
         _pod, att, _result = node.pod("early", 8095)
-        t0 = when["flushed"]
-        assert "cnichain" not in lab.run(lab.node, "nft", "list", "tables").stdout or node.fetch(8095) == "early"
+        t0 = when["written"]  # from when the attachment exists
         port = timed("the hostPort to answer", lambda: node.fetch(8095) == "early", t0)
         masq = timed("the masquerade rule to return", lambda: att.container_id in masquerade_rules(lab), t0)
         tbf = timed("the shaping to return", lambda: shaped(lab, veth_of["veth"]), t0)
-        print(f"flush before the cache write: hostPort {port:.2f} s, masquerade {masq:.2f} s, shaping {tbf:.2f} s")
+        print(f"flush before the cache write, from the write: hostPort {port:.2f} s, masquerade {masq:.2f} s, shaping {tbf:.2f} s")
         node.runtime.check(node.conf, Attachment(att.container_id, att.netns, "eth0"))
-        node.runtime._save_cache = type(node.runtime)._save_cache.__get__(node.runtime)
+        del node.runtime._save_cache  # the runner's own write again
         node.runtime.delete(node.conf, att)
         time.sleep(1.0)  # a pass after the DEL: nothing of the deleted pod comes back
         assert names.dnat_chain(names.owner_id(node.conf.name, att.container_id)) not in lab.run(
