@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from typing import Iterator
 
@@ -212,11 +213,25 @@ def test_a_flushed_mac_spoof_check_comes_back_and_drops_a_changed_mac_again(node
 
 # -- conntrack: the plugin's own job at ADD and DEL, agent or not ------------------------------------
 
+UDP_ASK = (
+    "import socket, sys\n"
+    "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+    "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind(('', int(sys.argv[3])))\n"
+    "s.settimeout(float(sys.argv[4]))\n"
+    "s.sendto(b'ping\\n', (sys.argv[1], int(sys.argv[2])))\n"
+    "try: print(s.recv(200).decode().strip())\n"
+    "except (socket.timeout, ConnectionRefusedError): pass\n"
+)
+
+
 def udp_ask(node: Node, port: int, sport: int) -> str:
-    """One datagram from a fixed client port (so every ask hits the same conntrack entry)."""
+    """One datagram from a fixed client port (so every ask hits the same conntrack entry), and the
+    first answer.  The answer may take seconds on a loaded machine (the server forks a shell per
+    datagram), so the wait is long; it ends as soon as the answer is there."""
     for _ in range(3):  # bounded: a datagram can be lost while an address settles
-        out = node.lab.run(node.client, "socat", "-T0.5", "-", f"UDP:{NODE4}:{port},sourceport={sport},reuseaddr",
-                           check=False, input="ping\n", timeout=10)
+        out = node.lab.run(node.client, sys.executable, "-c", UDP_ASK, NODE4, str(port), str(sport), "5",
+                           check=False, timeout=20)
         if out.stdout.strip():
             return out.stdout.strip()
     return ""
