@@ -326,9 +326,9 @@ def host_side(host: Any, veth: Optional[Link], why: str = "") -> Any:
         if attached:
             reasons.append(f"{veth.name} has tcx programs ({', '.join(attached)})")
     hooks_owned = bool(reasons)
-    root_owned = root is not None and root.handle != 0  # a default root qdisc has handle 0:
-    if root_owned:
+    if root is not None and root.handle != 0:  # a default root qdisc has handle 0:
         reasons.append(f"the root of {veth.name} is held by a {root.kind} qdisc")
+    root_owned = root is not None and root.handle != 0
     return HostVeth(True, hooks_owned=hooks_owned, root_owned=root_owned, why="; ".join(reasons))
 
 
