@@ -26,6 +26,7 @@ import pytest
 from cnichain.tools.lab import isolate_conflist
 from cnichain.tools.runtime import Attachment, ConfList, Runtime
 from cnichain.plugins.bandwidth.config import IFB_PREFIX, ifb_name
+from tests.integration.bandwidth_lab import exec_bw, host_veth, link, qdiscs, root_tbf, tc
 from tests.specver import (
     CHECK_VERSIONS,
     assert_check_refused,
@@ -63,14 +64,6 @@ def runtime(make_runtime, plugin_dir, reference_dir) -> Runtime:
     return make_runtime([plugin_dir, reference_dir])
 
 
-def exec_bw(lab, bin_dir, command, conf, cid="ctr1", netns="", ifname="eth0"):
-    """Run one bandwidth command as a process in the node namespace; (exit code, JSON or None)."""
-    env = {"CNI_COMMAND": command, "CNI_CONTAINERID": cid, "CNI_NETNS": netns, "CNI_IFNAME": ifname,
-           "CNI_PATH": bin_dir, "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
-    proc = lab.run(lab.node, os.path.join(bin_dir, "bandwidth"), input=json.dumps(conf), env=env,
-                   check=False, timeout=60)
-    out = proc.stdout.strip()
-    return proc.returncode, (json.loads(out) if out else None)
 
 
 def bw_conf(version="1.0.0", name="bwtest", prev=None, **keys) -> dict:
@@ -81,17 +74,10 @@ def bw_conf(version="1.0.0", name="bwtest", prev=None, **keys) -> dict:
     return conf
 
 
-def tc(lab, *args) -> list:
-    out = lab.run(lab.node, "tc", "-j", *args).stdout.strip()
-    return json.loads(out) if out else []
 
 
-def qdiscs(lab, dev) -> list:
-    return tc(lab, "qdisc", "show", "dev", dev)
 
 
-def root_tbf(lab, dev):
-    return next((q for q in qdiscs(lab, dev) if q["kind"] == "tbf" and q.get("root")), None)
 
 
 def pod_root_tbf(lab, pod, dev="eth0"):
@@ -112,15 +98,8 @@ def redirects(lab, dev) -> list[str]:
     return out
 
 
-def link(lab, name):
-    proc = lab.run(lab.node, "ip", "-j", "-d", "link", "show", name, check=False)
-    return json.loads(proc.stdout)[0] if proc.returncode == 0 and proc.stdout.strip() else None
 
 
-def host_veth(result: dict) -> str:
-    names = [i["name"] for i in result["interfaces"] if not i.get("sandbox") and i["name"].startswith("veth")]
-    assert len(names) == 1, result
-    return names[0]
 
 
 def add_pod(lab, rt, conf, cid="ctr1", role="pod", limits=LIMITS):

@@ -23,7 +23,7 @@ from cnichain.plugins.bandwidth.config import ifb_name
 from cnichain.tools.lab import isolate_conflist
 from cnichain.tools.runtime import Attachment, ConfList
 
-from tests.integration.test_bandwidth import exec_bw, host_veth, root_tbf
+from tests.integration.bandwidth_lab import exec_bw, host_veth, root_tbf
 
 pytestmark = pytest.mark.integration
 
