@@ -311,3 +311,67 @@ def test_vanished_pod_namespace_takes_everything(lab, make_runtime, plugin_dir, 
     assert exec_bw(lab, plugin_dir, "DEL", bw_conf(result), netns=pod) == (0, None)
     assert exec_bw(lab, plugin_dir, "DEL", bw_conf(result), netns="") == (0, None)
     rt.delete(conf, att)
+
+
+# -- tcx (kernel 6.6+): programs with no qdisc to show -------------------------------------------------
+
+BPF_PROG_GET_FD_BY_ID, BPF_LINK_CREATE = 13, 28
+BPF_TCX = {"ingress": 46, "egress": 47}  # BPF_TCX_INGRESS, BPF_TCX_EGRESS
+
+
+def _bpf(cmd: int, attr: bytes) -> int:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(attr.ljust(64, b"\0"), 64)
+    fd = libc.syscall(321, cmd, buf, 64)  # x86_64's bpf(2)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    return fd
+
+
+def tcx_attach(lab, dev: str, obj: str) -> tuple[list[int], dict]:
+    """Both tcx hooks of ``dev`` get the program, as Cilium >= 1.16 and Calico >= 3.31 attach (bpf
+    links, no qdisc): loaded by tc, its ids taken, tc's attachment removed, then BPF_LINK_CREATE.
+    Returns the fds holding programs and links (closing them detaches) and the program ids."""
+    import struct
+
+    from cnichain.common import netns
+
+    attach(lab, dev, obj)
+    progs = program_ids(lab, dev)
+    fds = [_bpf(BPF_PROG_GET_FD_BY_ID, struct.pack("=III", progs[hook], 0, 0)) for hook in ("ingress", "egress")]
+    lab.run(lab.node, "tc", "qdisc", "del", "dev", dev, "clsact")
+    index = json.loads(lab.run(lab.node, "ip", "-j", "link", "show", dev).stdout)[0]["ifindex"]
+    with netns.entered(lab.node):  # the ifindex is the node namespace's
+        for fd, hook in zip(list(fds), ("ingress", "egress")):
+            fds.append(_bpf(BPF_LINK_CREATE, struct.pack("=IIII", fd, index, BPF_TCX[hook], 0)))
+    return fds, progs
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the bpf(2) number used here is x86_64's")
+def test_tcx_programs_before_add(lab, make_runtime, plugin_dir, reference_dir, bpf_object):
+    rt, conf, client, pod, att = _bridge_lab(lab, make_runtime, plugin_dir, reference_dir, with_bw=False)
+    prev = rt.add(conf, att)
+    veth, pod_ip = host_veth(prev), prev["ips"][0]["address"].split("/")[0]
+    try:
+        fds, progs = tcx_attach(lab, veth, bpf_object)
+    except OSError as exc:
+        pytest.skip(f"this kernel refuses tcx links: {exc}")  # tcx is 6.6+
+    try:
+        assert qdisc_kinds(lab, lab.node, veth) == ["noqueue"]  # nothing for tc to show
+        code, result = exec_bw(lab, plugin_dir, "ADD", bw_conf(prev), netns=pod)
+        assert code == 0, result
+        # Seen through BPF_PROG_QUERY: everything goes into the pod.
+        assert root_tbf(lab, veth) is None and result["interfaces"][-1]["sandbox"] == pod
+        counts_every_packet(lab, veth, progs, lambda: shaped_both_ways(lab, pod, client, pod_ip))
+        assert exec_bw(lab, plugin_dir, "CHECK", bw_conf(result), netns=pod) == (0, None)
+        assert exec_bw(lab, plugin_dir, "DEL", bw_conf(result), netns=pod) == (0, None)
+        assert pod_state(lab, pod) == {"qdiscs": [], "ifbs": []}
+        before = counter(progs["ingress"])
+        lab.run(client, "ping", "-c", "3", "-i", "0.2", "-W", "2", pod_ip)
+        assert counter(progs["ingress"]) >= before + 3  # still attached
+    finally:
+        for fd in fds:
+            os.close(fd)
+    rt.delete(conf, att)
