@@ -24,6 +24,8 @@ from cnichain.tools.lab import isolate_conflist
 from cnichain.tools.runtime import Attachment, ConfList
 
 from tests.integration.bandwidth_lab import exec_bw, host_veth, root_tbf
+from tests.integration.reconciler_node import Node
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -375,3 +377,27 @@ def test_tcx_programs_before_add(lab, make_runtime, plugin_dir, reference_dir, b
         for fd in fds:
             os.close(fd)
     rt.delete(conf, att)
+
+
+# -- the reconciler and the pod-side half ------------------------------------------------------------
+
+def test_reconciler_puts_back_what_a_pod_removed_in_its_namespace(lab, make_runtime):
+    """Layout split: a pod with CAP_NET_ADMIN deletes its own root TBF; no rtnetlink event of the
+    pod's namespace reaches the agent, its sweep finds it through bandwidth's CHECK and repairs it."""
+    node = Node(lab, make_runtime)
+    try:
+        data = {"cniVersion": node.conf.cni_version, "name": node.conf.name, "plugins": copy.deepcopy(node.conf.plugins)}
+        for p in data["plugins"]:
+            p.pop("layout", None)  # the default layout
+        node.conf = ConfList.from_dict(data)
+        pod, att, result = node.pod("pod", 8090)
+        with node.agent("--sweep-interval", "0.5", "--grace", "600"):
+            wait_for("the first sweep to see bandwidth installed",
+                     lambda: node.plugin_states(att).get("bandwidth") == "ok", timeout=60)
+            lab.run(pod, "tc", "qdisc", "del", "dev", "eth0", "root")
+            assert "tbf" not in qdisc_kinds(lab, pod, "eth0")
+            assert wait_for("the pod's TBF to return", lambda: "tbf" in qdisc_kinds(lab, pod, "eth0"), timeout=60)
+        node.runtime.check(node.conf, att)
+        node.runtime.delete(node.conf, att)
+    finally:
+        node.close()
