@@ -237,8 +237,8 @@ def test_split_layout_del_alone_and_check_drift(lab, make_runtime, plugin_dir, r
 
 # -- primaries without a host veth ----------------------------------------------------------------------
 
-def _kernel_has(kind: str) -> bool:
-    """Whether this kernel can make a link of ``kind`` (probed in a throwaway namespace)."""
+def _kernel_refuses(kind: str) -> str:
+    """Why this kernel cannot make a link of ``kind`` ("" when it can), probed in a throwaway namespace."""
     name = f"cnit-probe-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
     try:
@@ -246,7 +246,7 @@ def _kernel_has(kind: str) -> bool:
                        capture_output=True)
         proc = subprocess.run(["ip", "-n", name, "link", "add", "link", "pv0", "name", "probe0", "type", kind],
                               capture_output=True, text=True)
-        return proc.returncode == 0
+        return "" if proc.returncode == 0 else (proc.stderr.strip() or f"exit {proc.returncode}")
     finally:
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
@@ -271,8 +271,9 @@ PRIMARIES = {
 
 @pytest.mark.parametrize("primary", list(PRIMARIES))
 def test_no_host_veth_primaries(lab, make_runtime, plugin_dir, any_reference, primary):
-    if primary == "ipvlan" and not _kernel_has("ipvlan"):
-        pytest.skip("this kernel cannot create ipvlan links (CONFIG_IPVLAN is off)")
+    refused = _kernel_refuses("ipvlan") if primary == "ipvlan" else ""
+    if refused:
+        pytest.skip(f"this kernel cannot create ipvlan links: {refused}")
     version, reference = any_reference
     lan = _lan(lab)
     entry = dict(PRIMARIES[primary], ipam={"type": "host-local", "subnet": LAN_SUBNET,
