@@ -2,7 +2,8 @@
 
 The node's conflist is the one ``cnichain node install --mode chain`` derives (node/chain.py) from
 kindnet's own (tests/data/corpus/kind-kindnet.conflist, the pod range set to the node's), with
-tuning added; ptp itself is Debian 12's reference binary. A pod as the
+tuning added; ptp itself is the reference 1.9.1's (containerd 2.1 sends STATUS, which 1.1.1's
+ptp does not know). A pod as the
 kubelet describes it (a hostPort, both bandwidth annotations): reached from outside through the
 hostPort, shaped +-10 % both ways, tuning's sysctl in place, nothing left after
 StopPodSandbox + RemovePodSandbox.
@@ -18,6 +19,7 @@ import subprocess
 import pytest
 
 from cnichain.node import chain
+from cnichain.tools import debcache
 
 from . import leftovers, traffic
 from .conftest import CriNode
@@ -32,7 +34,7 @@ HOST_PORT = 18095
 
 
 @pytest.fixture
-def kindnet_chain(node: Node, reference_dir: str) -> str:
+def kindnet_chain(node: Node) -> str:
     """The node's conflist replaced by the one chain mode derives from kindnet's; ptp in its bin dir."""
     with open(os.path.join(CORPUS, "kind-kindnet.conflist"), "rb") as fh:
         primary = chain.load_primary("10-kindnet.conflist", fh.read())
@@ -47,7 +49,9 @@ def kindnet_chain(node: Node, reference_dir: str) -> str:
         derived["name"] = json.load(fh)["name"]  # the network name the leftovers checks look for
     with open(node.conflist_path, "w") as fh:
         json.dump(derived, fh, indent=2)
-    shutil.copy2(os.path.join(reference_dir, "ptp"), os.path.join(node.bin_dir, "ptp"))
+    reference = debcache.reference_plugins_dir("sid")  # ./run fetches it: missing is a failure
+    assert reference and os.path.isfile(os.path.join(reference, "ptp")), "reference plugins 1.9.1 missing"
+    shutil.copy2(os.path.join(reference, "ptp"), os.path.join(node.bin_dir, "ptp"))
     return node.conflist_path
 
 
