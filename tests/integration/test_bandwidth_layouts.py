@@ -46,8 +46,9 @@ BW = {"type": "bandwidth", "capabilities": {"bandwidth": True}}
 @pytest.fixture(scope="module")
 def bpf_object(tmp_path_factory) -> str:
     out = str(tmp_path_factory.mktemp("bpf") / "count.o")
-    subprocess.run(["clang", "-O2", "-g", "-target", "bpf", "-I/usr/include/x86_64-linux-gnu", "-c", PROG_SOURCE,
-                    "-o", out], check=True, capture_output=True, timeout=120)
+    multiarch = f"-I/usr/include/{os.uname().machine}-linux-gnu"  # asm/types.h for linux/bpf.h (Debian's layout)
+    subprocess.run(["clang", "-O2", "-g", "-target", "bpf", multiarch, "-c", PROG_SOURCE, "-o", out], check=True,
+                   capture_output=True, timeout=120)
     return out
 
 
