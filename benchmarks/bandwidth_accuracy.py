@@ -4,7 +4,8 @@ Builds a throwaway lab (node namespace, a pod attached with bridge + host-local 
 client namespace wired to the node), then for each rate runs iperf3 TCP in both directions:
 
 * ingress (into the pod): client -> iperf3 server in the pod, shaped by the TBF on the host veth;
-* egress (out of the pod): the same with ``-R``, shaped by the TBF on the IFB.
+* egress (out of the pod): the same with ``-R``, shaped by the TBF on the pod's eth0 (the default
+  layout; ``--layout host`` for the reference's, a TBF on an IFB the host veth redirects to).
 
 iperf3 reports TCP payload (goodput); the TBF counts whole Ethernet frames, so a perfectly
 accurate shaper shows goodput = rate x 1448/1514 (-4.4%) with a 1500-byte MTU and TCP timestamps.
@@ -38,6 +39,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)  # the checkout: cnichain/ links to the top-level packages
 
 from cnichain.node import install  # noqa: E402
+from cnichain.plugins.bandwidth.config import LAYOUTS  # noqa: E402
 from cnichain.tools.lab import Lab, isolate_conflist  # noqa: E402
 from cnichain.tools.runtime import Attachment, ConfList, Runtime  # noqa: E402
 
@@ -57,26 +59,26 @@ def burst_for(mode: str, rate: int) -> int:
     return max(rate // 10, 100_000)
 
 
-def conflist() -> dict:
+def conflist(layout: str = "auto") -> dict:
     return {
         "cniVersion": "1.0.0",
         "name": "bwbench",
         "plugins": [
             {"type": "bridge", "bridge": "cni0", "isGateway": True, "isDefaultGateway": True,
              "ipam": {"type": "host-local", "subnet": POD_SUBNET}},
-            {"type": "bandwidth", "capabilities": {"bandwidth": True}},
+            {"type": "bandwidth", "capabilities": {"bandwidth": True}, "layout": layout},
         ],
     }
 
 
-def run(rates_mbit: list[float], mode: str, seconds: int, omit: int, bin_dir: str) -> list[dict]:
+def run(rates_mbit: list[float], mode: str, seconds: int, omit: int, bin_dir: str, layout: str = "auto") -> list[dict]:
     rows = []
     with Lab(prefix="bwbench") as lab:
         client = lab.netns("client")
         lab.wire(client, [f"{CLIENT_ADDR}/24"], [f"{NODE_WIRE_ADDR}/24"], "cli")
         lab.run(client, "ip", "route", "add", POD_SUBNET, "via", NODE_WIRE_ADDR)
         runtime = Runtime([bin_dir, REFERENCE_DIR], lab.path("cache", "x").rsplit("/", 1)[0], node_netns=lab.node)
-        conf = ConfList.from_dict(isolate_conflist(conflist(), lab.workdir))
+        conf = ConfList.from_dict(isolate_conflist(conflist(layout), lab.workdir))
         for idx, mbit in enumerate(rates_mbit):
             rate = int(mbit * 1_000_000)
             burst = burst_for(mode, rate)
@@ -107,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--burst", choices=("explicit", "containerd", "crio"), default="explicit")
     ap.add_argument("--seconds", type=int, default=8, help="measured seconds per run")
     ap.add_argument("--omit", type=int, default=2, help="warm-up seconds excluded from the result")
+    ap.add_argument("--layout", choices=LAYOUTS, default="auto", help="bandwidth's layout key")
     ap.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     args = ap.parse_args(argv)
     if os.geteuid() != 0 or not shutil.which("iperf3"):
@@ -115,13 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     bin_dir = tempfile.mkdtemp(prefix="bwbench-bin-")
     try:
         install.install(bin_dir)
-        rows = run(args.rates, args.burst, args.seconds, args.omit, bin_dir)
+        rows = run(args.rates, args.burst, args.seconds, args.omit, bin_dir, args.layout)
     finally:
         shutil.rmtree(bin_dir, ignore_errors=True)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"burst mode: {args.burst}; iperf3 TCP, {args.seconds} s measured after {args.omit} s warm-up")
+    print(f"layout: {args.layout}; burst mode: {args.burst}; iperf3 TCP, {args.seconds} s measured after {args.omit} s warm-up")
     print(f"{'direction':<9} {'configured':>12} {'burst':>14} {'goodput':>14} {'error':>8} {'wire':>14} {'error':>8}")
     for r in rows:
         print(f"{r['direction']:<9} {r['rate_bps'] / 1e6:>8.1f} Mb/s {r['burst_bits']:>10} bit "

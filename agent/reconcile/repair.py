@@ -6,8 +6,10 @@ send (:mod:`.attachments`), in the node namespace the agent runs in -- there is 
 * portmap: its CHECK (our table, the shared chains, the container's chain and keys); repaired by
   its ADD, whose slow path rebuilds the table's skeleton and this container's chains and keys
   without touching any other container's (and flushes the UDP/SCTP conntrack entries of the ports);
-* bandwidth: its CHECK (TBF on the host veth, IFB, its TBF, ingress qdisc and redirect); repaired by
-  its DEL (whatever half is left) then its ADD;
+* bandwidth: its CHECK (the layout its result records: TBF on the host veth, IFB, its TBF, ingress
+  qdisc and redirect, and what lives in the pod's namespace); repaired by its DEL (whatever half is
+  left, never another tool's qdiscs or filters) then its ADD (which picks the layout anew: a pod whose
+  host veth an eBPF tool took meanwhile moves into the pod's namespace instead of fighting it);
 * bridge: only its nftables rules, ``ipMasq``'s masquerade and ``macspoofchk``'s MAC spoof check
   (the rest of its state is the pod's own veth and addresses, which the reconciler does not
   re-create); repaired by its ``add_masquerade`` and ``add_spoof_check``, each with the values
@@ -142,12 +144,17 @@ def _bandwidth_survey(stack: ExitStack) -> Any:
 
 def _bandwidth_intact(tc: Any, req: Request) -> bool:
     """The structure CHECK verifies, from the survey and one filter dump, without entering the pod:
-    the host veth named in the result, its TBF, the IFB, its TBF, the ingress qdisc, the redirect."""
+    the host veth named in the result, its TBF, the IFB, its TBF, the ingress qdisc, the redirect.
+    A layout with a half in the pod's namespace (the result says which) gets the full CHECK."""
     from cnichain.plugins.bandwidth import kernel
     from cnichain.plugins.bandwidth.config import ifb_name, load
+    from cnichain.plugins.bandwidth.plugin import layout_of
 
     cfg = load(req.conf)
     prev = req.require_prev_result()
+    layout = layout_of(prev, req.network_name, req.container_id)
+    if (cfg.ingress is not None and layout.ingress == "pod") or (cfg.egress is not None and layout.egress == "pod"):
+        return False
     veths = [tc.links[i.name] for i in prev.interfaces
              if not i.sandbox and i.name in tc.links and tc.links[i.name].kind == "veth"]
     if len(veths) != 1:
@@ -191,7 +198,10 @@ def _drop_dead_redirect(req: Request) -> None:
     from cnichain.plugins.bandwidth import kernel
 
     with netlink.session() as host:
-        veth = kernel.host_veth_by_peer(host, kernel.veth_peer_index(req.netns, req.ifname))
+        try:
+            veth = kernel.host_veth_by_peer(host, kernel.veth_peer_index(req.netns, req.ifname))
+        except CniError:
+            return  # no host veth (macvlan, ipvlan, host-device): nothing of ours on the host side
         if not kernel.has_ingress_qdisc(host, veth.index):
             return
         foreign = [m for m in host.get_filters(index=veth.index, parent=kernel.INGRESS_HANDLE)

@@ -24,6 +24,10 @@ UINT32_MAX = 2**32 - 1
 IFB_PREFIX = "bwp"
 IFB_NAME_LEN = 15
 
+# ``layout``: where the token buckets live (plan.choose_layout; docs/plugins.md says why).
+AUTO, HOST, SPLIT, POD = "auto", "host", "split", "pod"
+LAYOUTS = (AUTO, HOST, SPLIT, POD)
+
 
 class Shape(namedtuple("Shape", "rate burst")):
     """One direction's token bucket: rate in bits/s, burst in bits (both > 0).
@@ -35,10 +39,12 @@ class Shape(namedtuple("Shape", "rate burst")):
     __slots__ = ()
 
 
-class BandwidthConfig(namedtuple("BandwidthConfig", "ingress egress source", defaults=(None, None, ""))):
+class BandwidthConfig(namedtuple("BandwidthConfig", "ingress egress source layout",
+                                 defaults=(None, None, "", AUTO))):
     """The effective limits; a direction is None when it is not shaped.
 
-    ``source`` is "config", "runtimeConfig", or "" when nothing is configured.
+    ``source`` is "config", "runtimeConfig", or "" when nothing is configured; ``layout`` is one
+    of :data:`LAYOUTS` (cnichain's own key; the reference ignores it, as any unknown key).
     """
 
     __slots__ = ()
@@ -55,6 +61,7 @@ _PREFIX = "failed to parse network configuration: "
 BANDWIDTH_ENTRY = gojson.Struct("main.BandwidthEntry", [(key, gojson.UINT64) for key in KEYS])
 SCHEMA = gojson.Struct("main.PluginConf", [
     *((key, gojson.UINT64) for key in KEYS),
+    ("layout", gojson.STRING),
     ("runtimeConfig", gojson.Struct("", [("bandwidth", gojson.Ptr(BANDWIDTH_ENTRY))])),
 ])
 
@@ -83,10 +90,14 @@ def load(conf: dict) -> BandwidthConfig:
     egress_rate, egress_burst = values["egressRate"], values["egressBurst"]
     _validate(ingress_rate, ingress_burst)
     _validate(egress_rate, egress_burst)
+    layout = d["layout"] or AUTO
+    if layout not in LAYOUTS:
+        raise plugin_error(f"invalid layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
     return BandwidthConfig(
         ingress=Shape(ingress_rate, ingress_burst) if ingress_rate and ingress_burst else None,
         egress=Shape(egress_rate, egress_burst) if egress_rate and egress_burst else None,
         source=source if (ingress_rate or egress_rate) else "",
+        layout=layout,
     )
 
 

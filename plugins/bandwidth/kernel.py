@@ -1,6 +1,17 @@
 """Every kernel touch of the bandwidth plugin: links, qdiscs and filters over plain rtnetlink.
 
-Layout, identical to the reference so either implementation can check or tear down the other's:
+Three layouts (plan.choose_layout picks one); the pieces, on either side of the pod's link:
+
+* host veth root TBF ``1:`` (traffic into the pod), as the reference;
+* host veth ``ffff:`` ingress qdisc + redirect to an IFB in the host namespace (traffic out of the
+  pod), as the reference -- layout ``host`` only;
+* pod interface root TBF ``1:`` (traffic out of the pod: what the pod transmits);
+* pod interface ``clsact`` + the same match-all redirect on its ingress hook to an IFB in the
+  pod's namespace (traffic into the pod) -- layout ``pod`` only.  clsact rather than the legacy
+  ``ingress`` qdisc, so another tool's later ``tc qdisc replace ... clsact`` still works.
+
+The reference's layout in detail, identical so either implementation can check or tear down the
+other's:
 
 * ingress (traffic into the pod) = TBF ``1:`` as the root qdisc of the host-side veth, because
   what the host veth transmits is what the pod receives;
@@ -35,7 +46,9 @@ if TYPE_CHECKING:
     from cnichain.common.rtnl import Link
 
 TC_H_ROOT = 0xFFFFFFFF
-TC_H_INGRESS = 0xFFFFFFF1
+TC_H_INGRESS = 0xFFFFFFF1  # = TC_H_CLSACT: one ingress or clsact qdisc per device
+CLSACT_INGRESS = 0xFFFFFFF2  # filter parent: clsact's ingress hook
+CLSACT_EGRESS = 0xFFFFFFF3
 TBF_HANDLE = 0x00010000  # 1:
 INGRESS_HANDLE = 0xFFFF0000  # ffff:
 FLOWID = 0x00010001  # 1:1
@@ -288,3 +301,152 @@ def veths_redirecting_to(host: Any, ifb_index: int) -> list[Link]:
             if link is not None and link.kind == "veth":
                 out.append(link)
     return out
+
+
+# -- who else uses the host veth ------------------------------------------------------------------
+
+def host_side(host: Any, veth: Optional[Link], why: str = "") -> Any:
+    """plan.HostVeth for ``veth`` (None: no host veth, ``why`` says why): one qdisc dump, plus a
+    tcx query when no ``ffff:`` qdisc is there (tcx programs have no qdisc to show)."""
+    from .plan import HostVeth
+
+    if veth is None:
+        return HostVeth(False, why=why)
+    hook = root = None
+    for q in qdiscs(host, veth.index):
+        if q.parent == TC_H_INGRESS:
+            hook = q
+        elif q.parent == TC_H_ROOT:
+            root = q
+    reasons = []
+    if hook is not None:
+        reasons.append(f"the ingress hook of {veth.name} is held by a {hook.kind} qdisc")
+    else:
+        attached = tcx_programs(veth.index)
+        if attached:
+            reasons.append(f"{veth.name} has tcx programs ({', '.join(attached)})")
+    hooks_owned = bool(reasons)
+    if root is not None and root.handle != 0:  # a default root qdisc has handle 0:
+        reasons.append(f"the root of {veth.name} is held by a {root.kind} qdisc")
+    root_owned = root is not None and root.handle != 0
+    return HostVeth(True, hooks_owned=hooks_owned, root_owned=root_owned, why="; ".join(reasons))
+
+
+BPF_PROG_QUERY = 16
+BPF_TCX = (("ingress", 46), ("egress", 47))  # BPF_TCX_INGRESS, BPF_TCX_EGRESS
+_BPF_SYSCALL = {"x86_64": 321, "aarch64": 280, "armv7l": 386, "ppc64le": 361, "s390x": 351, "riscv64": 280}
+
+
+def tcx_programs(index: int) -> list[str]:
+    """The directions of link ``index`` (in the caller's namespace) with tcx programs attached.
+
+    BPF_PROG_QUERY on the ifindex, counting only; a kernel without tcx (before 6.6) or a refused
+    query reads as none -- then nothing can be attached that way either.
+    """
+    import ctypes
+    import os
+    import struct
+
+    nr = _BPF_SYSCALL.get(os.uname().machine)
+    if nr is None:
+        return []
+    libc = ctypes.CDLL(None, use_errno=True)
+    out = []
+    for direction, attach_type in BPF_TCX:
+        # union bpf_attr, its query member: target_ifindex, attach_type, query_flags,
+        # attach_flags, prog_ids, count (+pad), prog_attach_flags, link_ids, link_attach_flags, revision
+        buf = ctypes.create_string_buffer(struct.pack("=IIIIQI4xQQQQ", index, attach_type, 0, 0, 0, 0, 0, 0, 0, 0))
+        if libc.syscall(nr, BPF_PROG_QUERY, buf, ctypes.sizeof(buf) - 1) != 0:
+            continue
+        if struct.unpack_from("=I", buf.raw, 24)[0]:
+            out.append(direction)
+    return out
+
+
+# -- the pod's side --------------------------------------------------------------------------------
+
+def add_clsact(ns: Any, index: int) -> bool:
+    """A clsact qdisc on link ``index``; True when this call created it, False when one was there.
+
+    A legacy ``ingress`` qdisc there is another tool's: refused with the kernel's EEXIST.
+    """
+    try:
+        ns.rtnl.request(tc.RTM_NEWQDISC, rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL,
+                        tc.qdisc(index, INGRESS_HANDLE, TC_H_INGRESS, "clsact"))
+        return True
+    except failures() as exc:
+        if netlink.netlink_errno(exc) == errno.EEXIST and any(
+                q.kind == "clsact" for q in qdiscs(ns, index) if q.parent == TC_H_INGRESS):
+            return False
+        raise KernelError.of(exc, "create clsact qdisc") from None
+
+
+def add_pod_redirect(ns: Any, index: int, ifb_index: int) -> None:
+    """The match-all redirect to the IFB, on clsact's ingress hook of link ``index``."""
+    try:
+        ns.rtnl.request(tc.RTM_NEWTFILTER, rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL,
+                        tc.u32_redirect(index, CLSACT_INGRESS, FILTER_PRIO, ETH_P_ALL, FLOWID, ifb_index))
+    except failures() as exc:
+        raise KernelError.of(exc, "add filter") from None
+
+
+def filter_redirects(ns: Any, index: int, parent: int) -> list[tuple[int, str, list[int]]]:
+    """(prio, kind, mirred egress redirect targets) of each filter under ``parent`` of ``index``."""
+    try:
+        msgs = ns.rtnl.dump(tc.RTM_GETTFILTER, tc.tcmsg(index, 0, parent))
+    except failures() as exc:
+        if netlink.is_gone(exc) or netlink.netlink_errno(exc) == errno.EINVAL:
+            return []
+        raise
+    out = []
+    for msg in msgs:
+        found = tc.tc_attrs(msg)
+        kind = tc.kind_of(found)
+        if kind:  # the kernel also sends one header per prio without options
+            out.append((tc.tc_prio(msg), kind, tc.mirred_redirects(found) if kind == "u32" else []))
+    return out
+
+
+def delete_filters(ns: Any, index: int, parent: int, prio: int, kind: str) -> bool:
+    try:
+        ns.rtnl.request(tc.RTM_DELTFILTER, 0, tc.filter_at(index, parent, prio, ETH_P_ALL, kind))
+    except failures() as exc:
+        code = netlink.netlink_errno(exc)
+        if code in netlink.GONE or code == errno.EINVAL:
+            return False
+        raise
+    return True
+
+
+def remove_pod_shaping(pod: Any, link: Link, ifb_name: str) -> list[str]:
+    """Undo what ADD put on the pod's interface and into its namespace; what was removed.
+
+    Root TBF ``1:`` (as on the host veth); our redirect on clsact's ingress hook: the u32 filters
+    at our prio whose every redirect goes to our IFB or to a device gone since (ifindex 0); the
+    clsact qdisc only when no filter of anybody is left on either of its hooks; the IFB.
+    """
+    removed = []
+    present = qdiscs(pod, link.index)
+    if any(q.kind == "tbf" and q.parent == TC_H_ROOT and q.handle == TBF_HANDLE for q in present):
+        if delete_qdisc(pod, link.index, TBF_HANDLE, TC_H_ROOT, "tbf"):
+            removed.append(f"tbf on {link.name}")
+    ifb = get_link(pod, name=ifb_name)
+    if any(q.kind == "clsact" and q.parent == TC_H_INGRESS for q in present):
+        ours = {0} | ({ifb.index} if ifb is not None else set())
+        for prio, kind, targets in filter_redirects(pod, link.index, CLSACT_INGRESS):
+            if prio == FILTER_PRIO and kind == "u32" and targets and set(targets) <= ours:
+                if delete_filters(pod, link.index, CLSACT_INGRESS, prio, kind):
+                    removed.append(f"redirect on {link.name}")
+        if not filter_redirects(pod, link.index, CLSACT_INGRESS) and not filter_redirects(pod, link.index, CLSACT_EGRESS):
+            if delete_qdisc(pod, link.index, INGRESS_HANDLE, TC_H_INGRESS, "clsact"):
+                removed.append(f"clsact on {link.name}")
+    if ifb is not None and ifb.kind == "ifb":
+        delete_link(pod, ifb.index)
+        removed.append(f"{ifb_name} in the pod")
+    return removed
+
+
+def pod_redirect_targets(pod: Any, index: int) -> list[int]:
+    """Where the u32 filters at our prio on clsact's ingress hook of ``index`` redirect to."""
+    return [t for prio, kind, targets in filter_redirects(pod, index, CLSACT_INGRESS)
+            if prio == FILTER_PRIO and kind == "u32" for t in targets]

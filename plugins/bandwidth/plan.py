@@ -21,7 +21,7 @@ from collections import namedtuple
 
 from cnichain.common.errors import plugin_error
 
-from .config import Shape
+from .config import AUTO, HOST, POD, SPLIT, Shape
 
 UINT32_MAX = 2**32 - 1
 TIME_UNITS_PER_SEC = 1_000_000
@@ -99,3 +99,72 @@ def burst_bytes(params: TbfParams, tick: float) -> int:
     if params.rate == 0 or tick == 0:
         return 0
     return int(params.buffer / tick * params.rate / TIME_UNITS_PER_SEC)
+
+
+# -- where the buckets live ------------------------------------------------------------------------
+
+class Layout(namedtuple("Layout", "name ingress egress")):
+    """Which side of the pod's link shapes each direction: "host" or "pod".
+
+    ``ingress`` (traffic into the pod): "host" = root TBF of the host veth; "pod" = a clsact
+    ingress hook on the pod's interface redirecting to an IFB in the pod's namespace.
+    ``egress`` (traffic out of the pod): "host" = the reference's redirect from the host veth's
+    ingress hook to an IFB in the host namespace; "pod" = root TBF of the pod's interface.
+    """
+
+    __slots__ = ()
+
+
+LAYOUT_OF = {
+    HOST: Layout(HOST, "host", "host"),
+    SPLIT: Layout(SPLIT, "host", "pod"),
+    POD: Layout(POD, "pod", "pod"),
+}
+
+
+class HostVeth(namedtuple("HostVeth", "exists hooks_owned root_owned why", defaults=(False, False, ""))):
+    """What ADD found on the host side: is there a host veth of the pod's interface, does
+    another tool use its tc hooks (an ``ingress``/``clsact`` qdisc, tcx programs), does another
+    tool own its root qdisc; ``why`` says it in words for errors and the log."""
+
+    __slots__ = ()
+
+
+def choose_layout(wanted: str, host: HostVeth, ingress: bool = True, egress: bool = True) -> Layout:
+    """The layout ADD builds (pure); ``ingress``/``egress``: which directions are shaped.
+
+    ``auto``: with no host veth (macvlan, ipvlan, host-device, SR-IOV) everything goes into the
+    pod; a host veth whose hooks or root another tool uses (eBPF dataplanes) is left alone, since
+    such a dataplane may deliver to the pod with ``bpf_redirect_peer`` and skip its root qdisc;
+    otherwise ``split``: the host veth's root TBF for traffic into the pod and the pod's root TBF
+    for traffic out of it -- no IFB, neither tc hook of the host veth used, so an eBPF tool can
+    attach there later.  A forced layout that cannot be built is refused with the reason.
+    """
+    if wanted == AUTO:
+        if not host.exists or host.hooks_owned or host.root_owned:
+            return LAYOUT_OF[POD]
+        return LAYOUT_OF[SPLIT]
+    layout = LAYOUT_OF[wanted]
+    needs_root = ingress and layout.ingress == "host"
+    needs_hook = egress and layout.egress == "host"
+    if (needs_root or needs_hook) and not host.exists:
+        raise plugin_error(f"layout {wanted}: {host.why}")
+    if (needs_root and host.root_owned) or (needs_hook and host.hooks_owned):
+        raise plugin_error(f"layout {wanted}: {host.why}")
+    return layout
+
+
+def layout_in_result(interfaces: list[tuple[str, str]], ifb: str) -> Layout:
+    """The layout an ADD built, read back from its result's (name, sandbox) interfaces (pure).
+
+    ADD lists the IFB it made: without a sandbox when it is in the host namespace (the reference's
+    egress, which the reference lists the same way), with the pod's netns when it is in the pod
+    (layout ``pod``'s ingress); no IFB listed means the root TBFs of the other two layouts.
+    """
+    in_pod = any(name == ifb and sandbox for name, sandbox in interfaces)
+    in_host = any(name == ifb and not sandbox for name, sandbox in interfaces)
+    ingress, egress = ("pod" if in_pod else "host"), ("host" if in_host else "pod")
+    for layout in LAYOUT_OF.values():
+        if (layout.ingress, layout.egress) == (ingress, egress):
+            return layout
+    return Layout("mixed", ingress, egress)

@@ -1,13 +1,18 @@
-"""bandwidth: shape a pod's traffic with token buckets on the host side of its veth.
+"""bandwidth: shape a pod's traffic with token buckets, on whichever side of its link is free.
 
-Drop-in for containernetworking/plugins' ``bandwidth`` (same config keys, capability, kernel
-layout and IFB names).  Differences, all on purpose:
+Drop-in for containernetworking/plugins' ``bandwidth`` (same config keys, capability and IFB
+names; layout ``host`` is the reference's kernel layout).  Differences, all on purpose:
 
+* where the buckets go is chosen per pod (plan.choose_layout, docs/plugins.md): by default the
+  host veth's root TBF for traffic into the pod and the pod interface's root TBF for traffic out
+  of it, so neither tc hook of the host veth is taken (eBPF dataplanes attach there, before or
+  after us) and no IFB is needed; everything inside the pod when there is no host veth (macvlan,
+  ipvlan, host-device) or another tool uses it; ``"layout": "host"`` forces the reference's;
 * a failed ADD removes what it created instead of leaving a half-shaped pod;
-* DEL also removes the qdiscs on a host veth that still exists, not only the IFB, and needs
-  neither ``CNI_NETNS`` nor ``prevResult`` for the IFB;
-* CHECK succeeds when nothing is configured (the reference crashes: upstream #1221) and also
-  verifies the ingress qdisc and the redirect filter;
+* DEL removes every layout's state that is ours (the reference's too), on a host veth and in a pod
+  that still exist, and needs neither ``CNI_NETNS`` nor ``prevResult`` for the host IFB;
+* CHECK succeeds when nothing is configured (the reference crashes: upstream #1221), verifies the
+  layout the result says ADD built, and also the ingress qdisc and the redirect filter;
 * GC (CNI 1.1) deletes IFBs this plugin created for attachments the runtime no longer lists;
 * overflowing burst arithmetic saturates instead of wrapping (see plan.py).
 """
@@ -67,6 +72,28 @@ def _host_veth(host: Any, req: Request, prev: Result) -> Any:
     return link
 
 
+def _find_host_veth(host: Any, req: Request, pod_link: Any, prev: Result) -> tuple[Any, str]:
+    """(host veth, "") of the pod's interface ``pod_link``, or (None, why there is none).
+
+    The host veth is the peer of a veth, in the host namespace, pointing back at the pod's
+    interface (so a peer in a third namespace with a clashing ifindex is not taken for it), and
+    listed in prevResult as a non-sandbox interface, as the reference requires.
+    """
+    from . import kernel
+
+    head = f"container interface {req.ifname} has no veth peer: "
+    if pod_link.kind != "veth":
+        return None, head + f'interface "{req.ifname}" was not a veth interface'
+    if pod_link.peer <= 0:
+        return None, head + "no peer index"
+    link = kernel.get_link(host, index=pod_link.peer)
+    if link is None or link.kind != "veth" or link.peer != pod_link.index:
+        return None, f"veth peer with index {pod_link.peer} is not in host ns"
+    if prev.find_interface(link.name, in_sandbox=False) is None:
+        return None, "no veth peer of container interface found in host ns"
+    return link, ""
+
+
 # -- ADD ---------------------------------------------------------------------------------------
 
 def cmd_add(req: Request) -> Result:
@@ -79,34 +106,62 @@ def cmd_add(req: Request) -> Result:
         return prev
     if prev is None:
         raise plugin_error("must be called as chained plugin")
+    if not prev.interfaces:
+        raise plugin_error("no interfaces provided")
     ingress, egress = _plans(cfg, _tick())
 
     from cnichain.common import netlink
 
     from . import kernel
 
-    with netlink.route_socket() as host:
-        veth = _host_veth(host, req, prev)
+    name = ifb_name(req.network_name, req.container_id)
+    with netlink.route_socket() as host, netlink.route_socket(req.netns) as pod:
+        pod_link = kernel.get_link(pod, name=req.ifname)
+        if pod_link is None:
+            raise plugin_error(f"container interface {req.ifname} has no veth peer: Link not found")
+        veth, why = _find_host_veth(host, req, pod_link, prev)
+        layout = plan.choose_layout(cfg.layout, kernel.host_side(host, veth, why),
+                                    ingress is not None, egress is not None)
         with Rollback() as undo:
-            if ingress is not None:
+            if ingress is not None and layout.ingress == "host":
                 kernel.add_tbf(host, veth.index, ingress)
                 undo.push("tbf", kernel.delete_qdisc, host, veth.index, kernel.TBF_HANDLE, kernel.TC_H_ROOT)
-            if egress is not None:
-                name = ifb_name(req.network_name, req.container_id)
-                ifb = kernel.create_ifb(host, name, veth.mtu)
-                undo.push("ifb link", kernel.delete_link, host, ifb.index)
-                try:
-                    kernel.add_tbf(host, ifb.index, egress)
-                except KernelError as exc:
-                    raise exc.rewrap(f"create ifb qdisc: {exc.context}") from None  # as the reference nests it
-                kernel.ifb_up(host, ifb, _ifb_alias(req))
+            elif ingress is not None:
+                ifb = _add_ifb(pod, undo, name, pod_link.mtu, ingress, _ifb_alias(req))
+                if kernel.add_clsact(pod, pod_link.index):
+                    undo.push("clsact", kernel.delete_qdisc, pod, pod_link.index, kernel.INGRESS_HANDLE,
+                              kernel.TC_H_INGRESS)
+                kernel.add_pod_redirect(pod, pod_link.index, ifb.index)
+                undo.push("redirect", kernel.delete_filters, pod, pod_link.index, kernel.CLSACT_INGRESS,
+                          kernel.FILTER_PRIO, "u32")
+                prev.interfaces.append(Interface(name=ifb.name, mac=ifb.mac, sandbox=req.netns))
+            if egress is not None and layout.egress == "host":
+                ifb = _add_ifb(host, undo, name, veth.mtu, egress, _ifb_alias(req))
                 # The redirect goes in last: no packet reaches the IFB before it is shaped.
                 kernel.add_ingress_qdisc(host, veth.index)
                 undo.push("ingress", kernel.delete_qdisc, host, veth.index, kernel.INGRESS_HANDLE, kernel.TC_H_INGRESS)
                 kernel.add_redirect(host, veth.index, ifb.index)
                 prev.interfaces.append(Interface(name=ifb.name, mac=ifb.mac))
-    log.info(f"shaped {veth.name}: ingress={cfg.ingress} egress={cfg.egress} ({cfg.source})")
+            elif egress is not None:
+                kernel.add_tbf(pod, pod_link.index, egress)
+                undo.push("tbf", kernel.delete_qdisc, pod, pod_link.index, kernel.TBF_HANDLE, kernel.TC_H_ROOT)
+    where = f"{veth.name}/{req.ifname}" if veth is not None else req.ifname
+    log.info(f"shaped {where} (layout {layout.name}): ingress={cfg.ingress} egress={cfg.egress} ({cfg.source})")
     return prev
+
+
+def _add_ifb(ns: Any, undo: Rollback, name: str, mtu: int, params: plan.TbfParams, alias: str) -> Any:
+    """The IFB ``name`` in ``ns``'s namespace, shaped by ``params`` while still down, then up."""
+    from . import kernel
+
+    ifb = kernel.create_ifb(ns, name, mtu)
+    undo.push("ifb link", kernel.delete_link, ns, ifb.index)
+    try:
+        kernel.add_tbf(ns, ifb.index, params)
+    except KernelError as exc:
+        raise exc.rewrap(f"create ifb qdisc: {exc.context}") from None  # as the reference nests it
+    kernel.ifb_up(ns, ifb, alias)
+    return ifb
 
 
 # -- DEL ---------------------------------------------------------------------------------------
@@ -124,38 +179,58 @@ def cmd_del(req: Request) -> None:
     from . import kernel
 
     with netlink.route_socket() as host:
-        ifb = kernel.get_link(host, name=name)
-        veths = _veths_for_del(host, req, prev)
-        if not veths and ifb is not None:
-            veths = kernel.veths_redirecting_to(host, ifb.index)
-        for veth in veths:
-            removed = kernel.remove_shaping(host, veth, ifb.index if ifb else None)
+        pod = _pod_socket(req)
+        try:
+            pod_link = kernel.get_link(pod, name=req.ifname) if pod is not None else None
+            ifb = kernel.get_link(host, name=name)
+            veths = _veths_for_del(host, req, prev, pod_link)
+            if not veths and ifb is not None:
+                veths = kernel.veths_redirecting_to(host, ifb.index)
+            removed = []
+            for veth in veths:
+                removed += kernel.remove_shaping(host, veth, ifb.index if ifb else None)
+            if ifb is not None:
+                kernel.delete_link(host, ifb.index)
+                removed.append(name)
+            if pod_link is not None:
+                removed += kernel.remove_pod_shaping(pod, pod_link, name)
+            elif pod is not None:  # the interface is gone, the namespace is not: an IFB of ours may be
+                stray = kernel.get_link(pod, name=name)
+                if stray is not None and stray.kind == "ifb":
+                    kernel.delete_link(pod, stray.index)
+                    removed.append(f"{name} in the pod")
             if removed:
                 log.info(f"removed {', '.join(removed)}")
-        if ifb is not None:
-            kernel.delete_link(host, ifb.index)
-            log.info(f"deleted {name}")
+        finally:
+            if pod is not None:
+                pod.close()
     return None
 
 
-def _veths_for_del(host: Any, req: Request, prev: Optional[Result]) -> list[Any]:
+def _pod_socket(req: Request) -> Any:
+    """A socket in the pod's namespace, or None when there is none (any more): nothing to undo."""
+    from cnichain.common import netlink
+
+    if not req.netns:
+        return None
+    try:
+        return netlink.route_socket(req.netns)
+    except (NetnsGone, CniError):
+        return None
+
+
+def _veths_for_del(host: Any, req: Request, prev: Optional[Result], pod_link: Any) -> list[Any]:
     """The pod's host veth if it still exists: from the pod side when possible, else prevResult.
 
     Nothing here is required: a pod whose namespace or veth is gone has nothing left to unshape.
     """
     from . import kernel
 
-    if req.netns:
-        try:
-            peer = kernel.veth_peer_index(req.netns, req.ifname)
-            link = kernel.get_link(host, index=peer)
-            if link is not None and link.kind == "veth":
-                if prev is None or prev.find_interface(link.name, in_sandbox=False) is not None:
-                    return [link]
-        except NetnsGone:
-            pass
-        except CniError:
-            pass  # no such interface in the pod any more
+    if pod_link is not None and pod_link.kind == "veth" and pod_link.peer > 0:
+        link = kernel.get_link(host, index=pod_link.peer)
+        if link is not None and link.kind == "veth" and link.peer == pod_link.index:
+            if prev is None or prev.find_interface(link.name, in_sandbox=False) is not None:
+                return [link]
     if prev is None:
         return []
     names = [i.name for i in prev.interfaces if not i.sandbox and not i.name.startswith(IFB_PREFIX)]
@@ -163,6 +238,11 @@ def _veths_for_del(host: Any, req: Request, prev: Optional[Result]) -> list[Any]
 
 
 # -- CHECK -------------------------------------------------------------------------------------
+
+def layout_of(prev: Result, network: str, container_id: str) -> plan.Layout:
+    """The layout ADD built for this attachment, as its result records it."""
+    return plan.layout_in_result([(i.name, i.sandbox) for i in prev.interfaces], ifb_name(network, container_id))
+
 
 def cmd_check(req: Request) -> None:
     cfg = load(req.conf)
@@ -177,12 +257,13 @@ def cmd_check(req: Request) -> None:
 
     from . import kernel
 
+    name = ifb_name(req.network_name, req.container_id)
+    layout = layout_of(prev, req.network_name, req.container_id)
     with netlink.route_socket() as host:
-        veth = _host_veth(host, req, prev)
-        if cfg.ingress is not None:
-            _check_tbf(host, veth, plan.accepted(cfg.ingress, tick))
-        if cfg.egress is not None:
-            name = ifb_name(req.network_name, req.container_id)
+        if cfg.ingress is not None and layout.ingress == "host":
+            _check_tbf(host, _host_veth(host, req, prev), plan.accepted(cfg.ingress, tick))
+        if cfg.egress is not None and layout.egress == "host":
+            veth = _host_veth(host, req, prev)
             ifb = kernel.get_link(host, name=name)
             if ifb is None:
                 raise plugin_error("get ifb device: Link not found", name)
@@ -191,7 +272,30 @@ def cmd_check(req: Request) -> None:
                 raise plugin_error(f"Failed to find ingress qdisc on {veth.name}")
             if ifb.index not in kernel.redirect_targets(host, veth.index):
                 raise plugin_error(f"Failed to find filter redirecting {veth.name} to {name}")
+    if (cfg.ingress is not None and layout.ingress == "pod") or (cfg.egress is not None and layout.egress == "pod"):
+        with netlink.route_socket(req.netns) as pod:
+            _check_pod(pod, req, cfg, layout, tick, name)
     return None
+
+
+def _check_pod(pod: Any, req: Request, cfg: BandwidthConfig, layout: plan.Layout, tick: float, name: str) -> None:
+    """The pod-side halves: root TBF of the pod's interface; clsact, redirect and shaped IFB."""
+    from . import kernel
+
+    link = kernel.get_link(pod, name=req.ifname)
+    if link is None:
+        raise plugin_error(f"container interface {req.ifname}: Link not found")
+    if cfg.egress is not None and layout.egress == "pod":
+        _check_tbf(pod, link, plan.accepted(cfg.egress, tick))
+    if cfg.ingress is not None and layout.ingress == "pod":
+        ifb = kernel.get_link(pod, name=name)
+        if ifb is None:
+            raise plugin_error("get ifb device: Link not found", f"{name} in the pod")
+        _check_tbf(pod, ifb, plan.accepted(cfg.ingress, tick))
+        if not any(q.kind == "clsact" for q in kernel.qdiscs(pod, link.index) if q.parent == kernel.TC_H_INGRESS):
+            raise plugin_error(f"Failed to find clsact qdisc on {req.ifname}")
+        if ifb.index not in kernel.pod_redirect_targets(pod, link.index):
+            raise plugin_error(f"Failed to find filter redirecting {req.ifname} to {name}")
 
 
 def _check_tbf(host: Any, link: Any, accepted: tuple[plan.TbfParams, ...]) -> None:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # annotations only
     from .plan import TbfParams
 
 RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
-RTM_NEWTFILTER, RTM_GETTFILTER = 44, 46
+RTM_NEWTFILTER, RTM_DELTFILTER, RTM_GETTFILTER = 44, 45, 46
 IFLA_IFNAME, IFLA_MTU, IFLA_TXQLEN, IFLA_LINKINFO, IFLA_IFALIAS = 3, 4, 13, 18, 20
 IFLA_INFO_KIND = 1
 IFF_UP = 0x1
@@ -97,6 +97,11 @@ def u32_redirect(index: int, parent: int, prio: int, protocol: int, flowid: int,
 MIRRED_EGRESS_REDIRECT = 1
 
 
+def filter_at(index: int, parent: int, prio: int, protocol: int, kind: str) -> bytes:
+    """RTM_DELTFILTER body: every filter of ``kind`` at ``prio``/``protocol`` under ``parent``."""
+    return tcmsg(index, 0, parent, (prio << 16) | _htons(protocol)) + nla(TCA_KIND, _asciiz(kind))
+
+
 def _htons(value: int) -> int:
     return ((value & 0xFF) << 8) | ((value >> 8) & 0xFF)
 
@@ -107,6 +112,11 @@ def tc_header(msg: bytes) -> tuple[int, int, int]:
     """(ifindex, handle, parent) of an RTM_NEWQDISC / RTM_NEWTFILTER message."""
     _family, index, handle, parent, _info = TCMSG.unpack_from(msg, HEADER.size)
     return index, handle, parent
+
+
+def tc_prio(msg: bytes) -> int:
+    """The priority of an RTM_NEWTFILTER message (upper half of tcm_info)."""
+    return TCMSG.unpack_from(msg, HEADER.size)[4] >> 16
 
 
 def tc_attrs(msg: bytes) -> dict[int, bytes]:

@@ -25,7 +25,8 @@ def conflist(lab, name: str = "rcnet", macspoofchk: bool = False) -> ConfList:
             {"type": "bridge", "bridge": "rc0", "isGateway": True, "ipMasq": True, "macspoofchk": macspoofchk,
              "ipam": {"type": "host-local", "subnet": "10.78.0.0/24", "routes": [{"dst": "0.0.0.0/0"}]}},
             {"type": "portmap", "capabilities": {"portMappings": True}},
-            {"type": "bandwidth", "capabilities": {"bandwidth": True}},
+            # The reference's layout (host veth + IFB): the repairs these tests watch are of that state.
+            {"type": "bandwidth", "capabilities": {"bandwidth": True}, "layout": "host"},
         ],
     }
     return ConfList.from_dict(isolate_conflist(copy.deepcopy(data), lab.workdir))

@@ -1,5 +1,9 @@
 """bandwidth against a real kernel, in throwaway namespaces, read back with iproute2's ``tc -j``.
 
+Most cases pin ``"layout": "host"``, the reference's kernel layout (what interop with the
+reference and DEL of its pods rely on); tests/integration/test_bandwidth_layouts.py covers the
+automatic layouts (split, pod), eBPF programs on the host veth and primaries without one.
+
 The pod is attached by bridge + host-local (ours first on the path, the reference as fallback);
 the bandwidth plugin runs as a process inside the lab's node namespace, either through the
 runtime (whole chain) or directly (one command, to control CNI_NETNS and prevResult).
@@ -22,6 +26,7 @@ import pytest
 from cnichain.tools.lab import isolate_conflist
 from cnichain.tools.runtime import Attachment, ConfList, Runtime
 from cnichain.plugins.bandwidth.config import IFB_PREFIX, ifb_name
+from tests.integration.bandwidth_lab import exec_bw, host_veth, link, qdiscs, root_tbf, tc
 from tests.specver import (
     CHECK_VERSIONS,
     assert_check_refused,
@@ -38,7 +43,7 @@ CORPUS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "corpu
 SUBNET = "10.77.0.0/24"
 BRIDGE = {"type": "bridge", "bridge": "cni0", "isGateway": True, "isDefaultGateway": True,
           "ipam": {"type": "host-local", "subnet": SUBNET}}
-BW_CAP = {"type": "bandwidth", "capabilities": {"bandwidth": True}}
+BW_CAP = {"type": "bandwidth", "capabilities": {"bandwidth": True}, "layout": "host"}
 LIMITS = {"ingressRate": 8_000_000, "ingressBurst": 80_000, "egressRate": 16_000_000, "egressBurst": 160_000}
 CONTAINERD_BURST = 2**32 - 1
 
@@ -59,35 +64,25 @@ def runtime(make_runtime, plugin_dir, reference_dir) -> Runtime:
     return make_runtime([plugin_dir, reference_dir])
 
 
-def exec_bw(lab, bin_dir, command, conf, cid="ctr1", netns="", ifname="eth0"):
-    """Run one bandwidth command as a process in the node namespace; (exit code, JSON or None)."""
-    env = {"CNI_COMMAND": command, "CNI_CONTAINERID": cid, "CNI_NETNS": netns, "CNI_IFNAME": ifname,
-           "CNI_PATH": bin_dir, "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
-    proc = lab.run(lab.node, os.path.join(bin_dir, "bandwidth"), input=json.dumps(conf), env=env,
-                   check=False, timeout=60)
-    out = proc.stdout.strip()
-    return proc.returncode, (json.loads(out) if out else None)
 
 
 def bw_conf(version="1.0.0", name="bwtest", prev=None, **keys) -> dict:
-    conf = {"cniVersion": version, "name": name, "type": "bandwidth"}
+    conf = {"cniVersion": version, "name": name, "type": "bandwidth", "layout": "host"}
     conf.update(keys)
     if prev is not None:
         conf["prevResult"] = prev
     return conf
 
 
-def tc(lab, *args) -> list:
-    out = lab.run(lab.node, "tc", "-j", *args).stdout.strip()
-    return json.loads(out) if out else []
 
 
-def qdiscs(lab, dev) -> list:
-    return tc(lab, "qdisc", "show", "dev", dev)
 
 
-def root_tbf(lab, dev):
-    return next((q for q in qdiscs(lab, dev) if q["kind"] == "tbf" and q.get("root")), None)
+
+
+def pod_root_tbf(lab, pod, dev="eth0"):
+    out = lab.run(pod, "tc", "-j", "qdisc", "show", "dev", dev).stdout.strip()
+    return next((q for q in json.loads(out or "[]") if q["kind"] == "tbf" and q.get("root")), None)
 
 
 def has_ingress(lab, dev) -> bool:
@@ -103,15 +98,8 @@ def redirects(lab, dev) -> list[str]:
     return out
 
 
-def link(lab, name):
-    proc = lab.run(lab.node, "ip", "-j", "-d", "link", "show", name, check=False)
-    return json.loads(proc.stdout)[0] if proc.returncode == 0 and proc.stdout.strip() else None
 
 
-def host_veth(result: dict) -> str:
-    names = [i["name"] for i in result["interfaces"] if not i.get("sandbox") and i["name"].startswith("veth")]
-    assert len(names) == 1, result
-    return names[0]
 
 
 def add_pod(lab, rt, conf, cid="ctr1", role="pod", limits=LIMITS):
@@ -161,7 +149,8 @@ def test_add_builds_reference_layout_and_del_removes_it(lab, make_runtime, plugi
 
 def test_ingress_only_creates_no_ifb(lab, make_runtime, plugin_dir, reference_dir, chained_version):
     rt = runtime(make_runtime, plugin_dir, reference_dir)
-    conf = chain(lab, chained_version, bw={"type": "bandwidth", "ingressRate": 1_000_000, "ingressBurst": 100_000})
+    conf = chain(lab, chained_version, bw={"type": "bandwidth", "ingressRate": 1_000_000, "ingressBurst": 100_000,
+                                           "layout": "host"})
     pod, att, result = add_pod(lab, rt, conf, limits=None)
     assert_result_shape(result, chained_version)
     veth = host_veth(result)
@@ -200,7 +189,7 @@ def test_prev_result_passes_through(lab, make_runtime, plugin_dir, reference_dir
 
 def test_runtime_config_ignored_when_config_has_keys(lab, make_runtime, plugin_dir, reference_dir, chained_version):
     rt = runtime(make_runtime, plugin_dir, reference_dir)
-    entry = {"type": "bandwidth", "capabilities": {"bandwidth": True}, "ingressRate": 2_000_000, "ingressBurst": 200_000}
+    entry = dict(BW_CAP, ingressRate=2_000_000, ingressBurst=200_000)
     conf = chain(lab, chained_version, bw=entry)
     pod, att, result = add_pod(lab, rt, conf)  # runtime also sends LIMITS: must be ignored
     veth = host_veth(result)
@@ -299,16 +288,30 @@ def test_check_detects_drift(lab, make_runtime, plugin_dir, reference_dir, check
 # -- failures leave nothing behind ----------------------------------------------------------------
 
 def test_failed_add_rolls_back(lab, make_runtime, plugin_dir, reference_dir, chained_version):
+    """Forced to the reference's layout on a veth whose ingress hook another tool holds: refused
+    up front with the reason (not the kernel's "file exists" halfway), nothing created."""
     rt = runtime(make_runtime, plugin_dir, reference_dir)
     pod, att, prev = add_pod(lab, rt, bridge_only(lab, chained_version), limits=None)
     veth = host_veth(prev)
     lab.run(lab.node, "tc", "qdisc", "add", "dev", veth, "handle", "ffff:", "ingress")  # someone else's
     code, out = exec_bw(lab, plugin_dir, "ADD", bw_conf(chained_version, prev=prev, **LIMITS), netns=pod)
     assert code == 1
-    assert_cni_error(out, 999, 'create ingress qdisc: file exists')
+    assert_cni_error(out, 999, f"layout host: the ingress hook of {veth} is held by a ingress qdisc")
     assert root_tbf(lab, veth) is None
     assert link(lab, ifb_name("bwtest", "ctr1")) is None
     assert has_ingress(lab, veth)  # the foreign qdisc is left alone
+
+
+def test_failed_add_rolls_back_halfway(lab, make_runtime, plugin_dir, reference_dir, chained_version):
+    """A failure after some of the layout was built (the IFB's name taken) undoes all of it."""
+    rt = runtime(make_runtime, plugin_dir, reference_dir)
+    pod, att, prev = add_pod(lab, rt, bridge_only(lab, chained_version), limits=None)
+    veth = host_veth(prev)
+    lab.run(lab.node, "ip", "link", "add", ifb_name("bwtest", "ctr1"), "type", "veth")  # the name is taken
+    code, out = exec_bw(lab, plugin_dir, "ADD", bw_conf(chained_version, prev=prev, **LIMITS), netns=pod)
+    assert code == 1
+    assert_cni_error(out, 999, "adding link: file exists")
+    assert_unshaped(lab, veth)
 
 
 def test_second_add_fails_and_keeps_the_first(lab, make_runtime, plugin_dir, reference_dir, chained_version):
@@ -318,20 +321,20 @@ def test_second_add_fails_and_keeps_the_first(lab, make_runtime, plugin_dir, ref
     prev = rt.cached("bwtest", att)["result"]
     code, out = exec_bw(lab, plugin_dir, "ADD", bw_conf(chained_version, prev=prev, **LIMITS), netns=pod)
     assert code == 1
-    assert_cni_error(out, 999, 'create qdisc: file exists')
+    assert_cni_error(out, 999, 'layout host: ', prefix=True)
     # The rollback removed only what the failed call made: the first ADD's shaping is intact.
     check_as_runtime(rt, conf, att)
     assert root_tbf(lab, host_veth(result)) is not None and link(lab, ifb_name("bwtest", "ctr1")) is not None
     rt.delete(conf, att)
 
 
-def test_add_on_non_veth_interface_fails(lab, make_runtime, plugin_dir, reference_dir, chained_version):
+def test_host_layout_on_non_veth_interface_fails(lab, make_runtime, plugin_dir, reference_dir, chained_version):
     pod = lab.netns("pod")
     lab.run(pod, "ip", "link", "add", "eth0", "type", "bridge")
     prev = {"cniVersion": chained_version, "interfaces": [{"name": "eth0", "sandbox": pod}]}
     code, out = exec_bw(lab, plugin_dir, "ADD", bw_conf(chained_version, prev=prev, **LIMITS), netns=pod)
     assert code == 1
-    assert_cni_error(out, 999, 'container interface eth0 has no veth peer', prefix=True)
+    assert_cni_error(out, 999, 'layout host: container interface eth0 has no veth peer', prefix=True)
 
 
 # -- interop with the reference plugin ------------------------------------------------------------
@@ -439,10 +442,13 @@ def test_corpus_entries(lab, make_runtime, plugin_dir, reference_dir, filename):
     att = Attachment("corpus1", pod, "eth0", capability_args=caps)
     result = rt.add(conf, att)
     veth, ifb = host_veth(result), ifb_name(conf.name, "corpus1")
+    # As written (no layout key): split, the host veth's root for traffic into the pod and the
+    # pod's own root for traffic out of it; no IFB.
     want = entry.get("ingressRate", 5_000_000) // 8
     assert root_tbf(lab, veth)["options"]["rate"] == want
-    assert root_tbf(lab, ifb)["options"]["rate"] == entry.get("egressRate", 5_000_000) // 8
-    assert result["interfaces"][-1]["name"] == ifb
+    assert pod_root_tbf(lab, pod)["options"]["rate"] == entry.get("egressRate", 5_000_000) // 8
+    assert link(lab, ifb) is None and not has_ingress(lab, veth)
+    assert all(i["name"] != ifb for i in result["interfaces"])
     check_as_runtime(rt, conf, att)
     rt.delete(conf, att)
     assert link(lab, ifb) is None
@@ -458,7 +464,7 @@ def test_shipped_example_conflist(lab, make_runtime, plugin_dir, reference_dir):
     rt = runtime(make_runtime, plugin_dir, reference_dir)
     pod, att, result = add_pod(lab, rt, conf, cid="example")
     assert root_tbf(lab, host_veth(result))["options"]["rate"] == LIMITS["ingressRate"] // 8
-    assert root_tbf(lab, ifb_name(conf.name, "example"))["options"]["rate"] == LIMITS["egressRate"] // 8
+    assert pod_root_tbf(lab, pod)["options"]["rate"] == LIMITS["egressRate"] // 8
     rt.check(conf, att)
     rt.delete(conf, att)
     assert link(lab, ifb_name(conf.name, "example")) is None

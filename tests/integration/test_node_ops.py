@@ -34,7 +34,8 @@ def node(lab, plugin_dir, tmp_path):
             {"type": "bridge", "bridge": f"br{lab.run_id}", "isGateway": True, "ipMasq": True,
              "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/24"}]], "dataDir": str(tmp_path / "ipam")}},
             {"type": "portmap", "capabilities": {"portMappings": True}},
-            {"type": "bandwidth", "capabilities": {"bandwidth": True}},
+            # The reference's layout: its host IFB is what the orphan and GC cases below look for.
+            {"type": "bandwidth", "capabilities": {"bandwidth": True}, "layout": "host"},
             {"type": "tuning", "dataDir": str(tmp_path / "tuning"), "mtu": 1400,
              "sysctl": {"net.ipv4.conf.IFNAME.arp_filter": "1"}},
         ],
@@ -123,6 +124,21 @@ def test_inspect_flags_a_pod_whose_netns_is_gone(lab, node, tmp_path):
     assert c["orphan"]
     assert any("no longer exists" in r for r in c["orphan_reasons"]), c["orphan_reasons"]
     assert any("has no host veth" in r for r in c["orphan_reasons"]), c["orphan_reasons"]
+
+
+def test_inspect_shows_the_default_layout(lab, node, tmp_path):
+    """Layout split: ingress on the host veth, egress on the pod's interface, read inside the pod."""
+    conf, runtime, path = node
+    data = json.loads(path.read_text())
+    data["plugins"][2].pop("layout")
+    split = tmp_path / "split.conflist"
+    split.write_text(json.dumps(data))
+    pod, result = add_pod(lab, ConfList.load(str(split)), runtime, "pod9")
+    [c] = inspect(lab, tmp_path, "--container", "pod9")["containers"]
+    [bw] = c["bandwidth"]
+    assert (bw["kind"], bw["ifname"]) == ("pod", "eth0") and bw["host_veth"].startswith("veth"), bw
+    assert bw["egress"]["rate_bits"] == BANDWIDTH["egressRate"]
+    assert bw["ingress"]["rate_bits"] == BANDWIDTH["ingressRate"]
 
 
 def test_inspect_flags_planted_state_without_a_runtime(lab, node, tmp_path):

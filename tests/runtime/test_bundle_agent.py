@@ -64,7 +64,9 @@ def pod_with_port_and_bandwidth(node: Node, cri, busybox: str, name: str, host_p
     assert pod.ip.startswith("10.22.")
     sent = leftovers.cached_capability_args(node.node_run, NETWORK, pod.id)["bandwidth"]
     assert (sent["IngressRate"], sent["EgressRate"]) == (10_000_000, 20_000_000)
-    assert len(leftovers.ifbs(node.node_run)) == 1
+    # bandwidth's default layout (split): a TBF on the host veth, the pod's own on eth0, no IFB.
+    assert leftovers.ifbs(node.node_run) == []
+    assert any(q.startswith("qdisc tbf on veth") for q in leftovers.shaping_qdiscs(node.node_run))
     container = cri.start_container(pod, "httpd", busybox, ["/bin/httpd"], ["-f", "-p", "80", "-h", "/www"])
     assert cri.container_state(container) == cri.pb.CONTAINER_RUNNING
     traffic.wait_listening(traffic.pod_argv(pod.pid), 80)

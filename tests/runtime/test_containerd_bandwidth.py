@@ -28,7 +28,9 @@ def test_bandwidth_annotations_shape_both_directions(cri_node: CriNode) -> None:
     }))
     sent = leftovers.cached_capability_args(node.node_run, NETWORK, pod.id)["bandwidth"]
     assert (sent["IngressRate"], sent["EgressRate"]) == (INGRESS, EGRESS)
-    assert len(leftovers.ifbs(node.node_run)) == 1
+    # bandwidth's default layout (split): a TBF on the host veth, the pod's own on eth0, no IFB.
+    assert leftovers.ifbs(node.node_run) == []
+    assert any(q.startswith("qdisc tbf on veth") for q in leftovers.shaping_qdiscs(node.node_run))
     in_pod, client = traffic.pod_argv(pod.pid), node.client_argv()
 
     def ingress() -> float:

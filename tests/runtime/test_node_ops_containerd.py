@@ -61,15 +61,16 @@ def test_inspect_and_gc_on_a_containerd_pod(cri_node: CriNode) -> None:
     assert [(r["network"], r["ip"], r["ifname"]) for r in cv["host_local"]] == [(NETWORK, pod.ip, "eth0")]
     assert [(m["network"], m["protocol"], m["host_port"], m["host_ip"], m["pod_ip"], m["pod_port"])
             for m in cv["portmap"] if m["family"] == 4] == [(NETWORK, "tcp", HOST_PORT, "", pod.ip, POD_PORT)]
-    shaped = [s for s in cv["bandwidth"] if s.get("kind") == "ifb"]
+    # bandwidth's default layout (split): ingress on the host veth, egress on the pod's eth0, no IFB.
+    shaped = [s for s in cv["bandwidth"] if s.get("kind") == "pod"]
     assert len(shaped) == 1, cv["bandwidth"]
-    assert shaped[0]["network"] == NETWORK and shaped[0]["host_veth"]
+    assert shaped[0]["network"] == NETWORK and shaped[0]["host_veth"] and shaped[0]["ifname"] == "eth0"
     assert shaped[0]["egress"]["rate_bits"] == EGRESS
     assert shaped[0]["ingress"]["rate_bits"] == INGRESS
     assert cv["orphan"] is False and cv["orphan_reasons"] == []
     assert view["orphans"] == []
-    ifb = shaped[0]["ifb"]
-    assert leftovers.ifbs(node.node_run) == [f"ifb {ifb}"]
+    assert leftovers.ifbs(node.node_run) == []
+    assert [q for q in leftovers.shaping_qdiscs(node.node_run)] == [f"qdisc tbf on {shaped[0]['host_veth']}"]
 
     # -- containerd crashes and the pod's netns mount is gone: an orphan ----------------------------
     cri_node.containerd.kill()
@@ -79,7 +80,7 @@ def test_inspect_and_gc_on_a_containerd_pod(cri_node: CriNode) -> None:
     cv = _container(view, pod.id)
     assert cv["orphan"] is True and view["orphans"] == [pod.id]
     assert any(f"network namespace {pod.netns} no longer exists" in r for r in cv["orphan_reasons"]), cv
-    before = (leftovers.portmap_entries(node.node_run), leftovers.ifbs(node.node_run),
+    before = (leftovers.portmap_entries(node.node_run), leftovers.shaping_qdiscs(node.node_run),
               leftovers.ipam_reservations(node.node_run), leftovers.files_in(node.node_run, leftovers.LIBCNI_CACHE_DIR))
     assert all(before), before
     assert leftovers.files_in(node.node_run, leftovers.TUNING_DIR), "tuning keeps its backup until DEL"
@@ -90,7 +91,7 @@ def test_inspect_and_gc_on_a_containerd_pod(cri_node: CriNode) -> None:
     print(f"gc plan:\n{plan}")  # shown with -rP
     assert f"would DEL   {NETWORK}/{pod.id}/eth0: netns {pod.netns} is gone" in plan, plan
     assert "dry run: nothing changed" in plan, plan
-    after_dry = (leftovers.portmap_entries(node.node_run), leftovers.ifbs(node.node_run),
+    after_dry = (leftovers.portmap_entries(node.node_run), leftovers.shaping_qdiscs(node.node_run),
                  leftovers.ipam_reservations(node.node_run), leftovers.files_in(node.node_run, leftovers.LIBCNI_CACHE_DIR))
     assert after_dry == before
     assert _container(_inspect(node), pod.id)["orphan"] is True
@@ -101,7 +102,7 @@ def test_inspect_and_gc_on_a_containerd_pod(cri_node: CriNode) -> None:
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assert f"deleted {NETWORK}/{pod.id}/eth0" in applied.stdout, applied.stdout
     assert leftovers.portmap_entries(node.node_run) == []
-    assert leftovers.ifbs(node.node_run) == []
+    assert leftovers.ifbs(node.node_run) == [] and leftovers.shaping_qdiscs(node.node_run) == []
     assert leftovers.ipam_reservations(node.node_run) == []
     assert leftovers.files_in(node.node_run, leftovers.LIBCNI_CACHE_DIR) == []
     assert leftovers.files_in(node.node_run, leftovers.TUNING_DIR) == []

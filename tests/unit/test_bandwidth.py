@@ -12,6 +12,7 @@ import pytest
 from cnichain.common.errors import CniError, Code
 from cnichain.plugins.bandwidth import plan as tbf
 from cnichain.plugins.bandwidth.config import BandwidthConfig, Shape, ifb_name, load
+from cnichain.plugins.bandwidth.plan import HostVeth, choose_layout, layout_in_result
 from cnichain.plugins.bandwidth.plugin import PLUGIN
 from tests.helpers import dispatch
 from tests.specver import CHAINING_VERSIONS
@@ -270,3 +271,50 @@ print(",".join(heavy))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""
+
+
+# -- layouts (pure) --------------------------------------------------------------------------------
+
+FREE = HostVeth(True)
+HOOKED = HostVeth(True, hooks_owned=True, why="the ingress hook of veth1 is held by a clsact qdisc")
+ROOTED = HostVeth(True, root_owned=True, why="the root of veth1 is held by a htb qdisc")
+NONE = HostVeth(False, why="container interface eth0 has no veth peer: interface \"eth0\" was not a veth interface")
+
+
+@pytest.mark.parametrize("host, want", [(FREE, "split"), (HOOKED, "pod"), (ROOTED, "pod"), (NONE, "pod")])
+def test_auto_layout(host, want):
+    assert choose_layout("auto", host).name == want
+
+
+def test_forced_layouts():
+    assert choose_layout("host", FREE) == ("host", "host", "host")
+    assert choose_layout("split", FREE) == ("split", "host", "pod")
+    assert choose_layout("pod", FREE) == ("pod", "pod", "pod")
+    assert choose_layout("pod", NONE).name == "pod"
+    # Only the directions shaped decide: ingress-only needs the root, not the hook.
+    assert choose_layout("host", HOOKED, ingress=True, egress=False).name == "host"
+
+
+@pytest.mark.parametrize("wanted, host", [("host", NONE), ("host", HOOKED), ("host", ROOTED), ("split", NONE),
+                                          ("split", ROOTED)])
+def test_forced_layout_refused_with_the_reason(wanted, host):
+    with pytest.raises(CniError) as info:
+        choose_layout(wanted, host)
+    assert info.value.msg == f"layout {wanted}: {host.why}" and info.value.code == Code.INTERNAL
+
+
+def test_layout_read_back_from_the_result():
+    ifb = ifb_name("net1", "c1")
+    assert layout_in_result([("veth1", ""), ("eth0", "/ns"), (ifb, "")], ifb).name == "host"  # and the reference's
+    assert layout_in_result([("veth1", ""), ("eth0", "/ns")], ifb).name == "split"
+    assert layout_in_result([("eth0", "/ns"), (ifb, "/ns")], ifb).name == "pod"
+    assert layout_in_result([("veth1", ""), ("eth0", "/ns"), (ifb_name("other", "c1"), "")], ifb).name == "split"
+
+
+def test_layout_key():
+    assert load(conf()).layout == "auto"
+    assert load(conf(layout="pod", ingressRate=8, ingressBurst=8)).layout == "pod"
+    code, out = dispatch(PLUGIN, "ADD", conf(prevResult=prev_at("1.0.0"), layout="side", ingressRate=8, ingressBurst=8))
+    assert code == 1 and out == {"code": 999, "msg": "invalid layout 'side': expected one of auto, host, split, pod"}
+    code, out = dispatch(PLUGIN, "ADD", conf(prevResult=prev_at("1.0.0"), layout=3, ingressRate=8, ingressBurst=8))
+    assert code == 1 and "cannot unmarshal number into Go struct field PluginConf.layout of type string" in out["msg"]

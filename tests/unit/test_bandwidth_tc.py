@@ -11,7 +11,7 @@ from __future__ import annotations
 from cnichain.common import rtnl
 from cnichain.plugins.bandwidth import tc
 from cnichain.plugins.bandwidth.config import IFB_PREFIX
-from cnichain.plugins.bandwidth.kernel import (ETH_P_ALL, FILTER_PRIO, FLOWID, IFB_ALIAS_PREFIX, INGRESS_HANDLE, TBF_HANDLE,
+from cnichain.plugins.bandwidth.kernel import (CLSACT_INGRESS, ETH_P_ALL, FILTER_PRIO, FLOWID, IFB_ALIAS_PREFIX, INGRESS_HANDLE, TBF_HANDLE,
                                                TC_H_INGRESS, TC_H_ROOT)
 from cnichain.plugins.bandwidth.plan import TbfParams
 
@@ -73,3 +73,16 @@ def test_decoders_read_back_what_the_requests_carry():
 def test_link_request_names_the_link_and_skips_statistics():
     attrs = dict(rtnl.attrs(rtnl.IFINFO.pack(0, 0, 0, 0, 0) + rtnl.nla(rtnl.IFLA_IFNAME, b"eth0\0"), rtnl.IFINFO.size))
     assert attrs[rtnl.IFLA_IFNAME] == b"eth0\0"
+
+
+def test_pod_side_messages():
+    """The clsact qdisc and the redirect on its ingress hook, and the filter delete by prio: the
+    same layouts as the host-side ones, other parents (what ``tc`` sends for ``dev X clsact`` and
+    ``dev X ingress``)."""
+    clsact = tc.qdisc(3, INGRESS_HANDLE, TC_H_INGRESS, "clsact")
+    assert clsact == tc.tcmsg(3, INGRESS_HANDLE, TC_H_INGRESS) + rtnl.nla(tc.TCA_KIND, b"clsact\0")
+    msg = _as_message(tc.u32_redirect(3, CLSACT_INGRESS, FILTER_PRIO, ETH_P_ALL, FLOWID, 42), tc.RTM_NEWTFILTER)
+    assert tc.tc_header(msg) == (3, 0, CLSACT_INGRESS) and tc.tc_prio(msg) == FILTER_PRIO
+    assert tc.mirred_redirects(tc.tc_attrs(msg)) == [42]
+    delete = tc.filter_at(3, CLSACT_INGRESS, FILTER_PRIO, ETH_P_ALL, "u32")
+    assert delete == tc.tcmsg(3, 0, CLSACT_INGRESS, (FILTER_PRIO << 16) | 0x0300) + rtnl.nla(tc.TCA_KIND, b"u32\0")

@@ -88,7 +88,7 @@ CASES = {
         {"externalSetMarkChain": "KUBE-MARK-MASQ", "backend": "nftables", **BANDWIDTH_TOP,
          "runtimeConfig": PORTMAP_FULL["runtimeConfig"]},
     ),
-    "bandwidth-top-level": (bandwidth.load, bandwidth.SCHEMA, BANDWIDTH_TOP),
+    "bandwidth-top-level": (bandwidth.load, bandwidth.SCHEMA, dict(BANDWIDTH_TOP, layout="pod")),
     "bandwidth-capability": (bandwidth.load, bandwidth.SCHEMA, BANDWIDTH_RUNTIME),
     "tuning": (tuning.load, tuning.SCHEMA, TUNING_FULL),
     "tuning-without-args": (tuning.load, tuning.SCHEMA, {k: v for k, v in TUNING_FULL.items() if k != "args"}),

@@ -119,6 +119,27 @@ def _tbf_view(params: Any, tick: float) -> dict:
     return out
 
 
+def pod_shaping(netns_path: str, ifname: str, ifb: str) -> dict:
+    """What bandwidth keeps in a pod's namespace (layouts ``split`` and ``pod``): the root TBF of
+    the pod's interface (egress) and the TBF of its IFB there (ingress); {} when none, or when
+    the namespace cannot be entered."""
+    from cnichain.common import netlink
+    from cnichain.plugins.bandwidth import kernel as bandwidth
+
+    tick = _tick()
+    out: dict = {}
+    try:
+        with netlink.route_socket(netns_path) as pod:
+            for name, direction in ((ifname, "egress"), (ifb, "ingress")):
+                link = netlink.get_link(pod, name=name)
+                root = bandwidth.root_tbf(pod, link.index) if link is not None else None
+                if root is not None and root.tbf is not None:
+                    out[direction] = _tbf_view(root.tbf, tick)
+    except Exception:  # gone meanwhile, or not a namespace: the view says what it can
+        return {}
+    return out
+
+
 def shapings(node_netns: Optional[str]) -> tuple[list[Shaping], dict[str, dict]]:
     """Every IFB of bandwidth's naming in the node namespace with the limits the kernel holds, and
     the root TBF of every veth that has one (ingress-only shaping has no IFB; its veth is named in

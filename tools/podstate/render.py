@@ -32,6 +32,10 @@ def _container(cv: ContainerView) -> list[str]:
         if s.get("kind") == "ifb":
             lines.append(f"  bandwidth   {s.get('network') or '?'}  ifb {s['ifb']}: egress {_rate(s.get('egress') or {})}; "
                          f"ingress on {s.get('host_veth') or '-'}: {_rate(s.get('ingress') or {})}")
+        elif s.get("kind") == "pod":
+            into = f"on {s['host_veth']}" if s.get("host_veth") else "in the pod"
+            lines.append(f"  bandwidth   {s.get('network')}  egress on {s['ifname']} in the pod: "
+                         f"{_rate(s.get('egress') or {})}; ingress {into}: {_rate(s.get('ingress') or {})}")
         else:
             lines.append(f"  bandwidth   {s.get('network')}  ingress on {s['host_veth']}: {_rate(s.get('ingress') or {})}")
     for t in cv.tuning_backups:

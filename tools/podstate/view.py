@@ -233,12 +233,21 @@ def _read_kernel(src: Sources, entries: list[cache_mod.CacheEntry], get: Any, vi
         else:
             view.unattributed.append(doc)
     seen_veths = {s.host_veth for s in shaped}
-    for e in entries:  # ingress-only shaping: a TBF on the host veth the result names
+    shaped_ids = {s.container_id for s in shaped if s.container_id}
+    for e in entries:  # no host IFB: a TBF on the host veth the result names, and the pod's side
+        shaping: dict = {}
         for iface in e.result.get("interfaces") or []:
             name = iface.get("name") if isinstance(iface, dict) else None
             if name in veth_tbf and not iface.get("sandbox") and name not in seen_veths:
-                get(e.container_id).shaping.append({"kind": "veth", "network": e.network, "host_veth": name,
-                                                    "ingress": veth_tbf[name]})
+                shaping = {"kind": "veth", "network": e.network, "host_veth": name, "ingress": veth_tbf[name]}
+        if e.netns_alive and e.ifname and e.container_id not in shaped_ids:
+            inside = kernel.pod_shaping(e.netns, e.ifname, ifb_name(e.network, e.container_id))
+            if inside:  # layout split (host veth in, pod out) or pod (both inside)
+                shaping = {"kind": "pod", "network": e.network, "host_veth": shaping.get("host_veth", ""),
+                           "ifname": e.ifname, "ingress": inside.get("ingress", shaping.get("ingress")),
+                           "egress": inside.get("egress")}
+        if shaping:
+            get(e.container_id).shaping.append(shaping)
 
 
 def _classify(cv: ContainerView, src: Sources, ifb_orphans: dict[str, str]) -> None:
