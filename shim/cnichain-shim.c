@@ -43,6 +43,7 @@ extern char **environ;
 #include "fuzz/hooks.h"
 #else
 #define SHIM_EXIT _exit
+#define SHIM_MEMFD_CREATE(name, flags) (int)syscall(SYS_memfd_create, name, flags)
 #define SHIM_EXECVE execve
 #define SHIM_OUT 1
 #define SHIM_ERR 2
@@ -193,7 +194,7 @@ static int valid_type(const char *t) {
 
 /* Put ``data`` behind fd 0: an anonymous memory file, or a pipe fed by a child when that fails. */
 static int replay_stdin(const struct buf *data) {
-    int fd = (int)syscall(SYS_memfd_create, "cnichain-stdin", 1u /* MFD_CLOEXEC */);
+    int fd = SHIM_MEMFD_CREATE("cnichain-stdin", 1u /* MFD_CLOEXEC */);
     if (fd >= 0) {
         if ((!data->len || write_all(fd, data->data, data->len) == 0) && lseek(fd, 0, SEEK_SET) == 0 &&
             dup2(fd, 0) == 0) {

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -427,6 +428,16 @@ static struct {
     char *argv_copy[MAX_ARGS + 1]; /* the caller's pointers, before the shim set argv[0] */
 } run;
 
+static int no_memfd; /* this input's kernel has no memfd_create */
+
+int cnichain_fuzz_memfd_create(const char *name, unsigned flags) {
+    if (no_memfd) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return memfd_create(name, flags);
+}
+
 _Noreturn void cnichain_fuzz_exit(int code) {
     run.code = code;
     longjmp(back, GONE_EXIT);
@@ -515,7 +526,8 @@ static int split(const uint8_t *p, size_t n, char *store, char **out, int max) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     struct reader r = {data, size};
-    unsigned modes = take8(&r), socket_sel = take8(&r) % 8, fallback_sel = take8(&r) % 5;
+    unsigned modes = take8(&r), socket_sel = take8(&r) % 8, fallback_byte = take8(&r), fallback_sel = fallback_byte % 5;
+    no_memfd = fallback_byte >> 7;
     unsigned stdin_mode = modes & 3, raw_config = modes >> 4 & 1, no_argv = modes >> 5 & 1, command_sel = modes >> 6;
     const uint8_t *type_p, *argv_p, *env_p, *in_p;
     size_t type_n = take_blob(&r, &type_p), argv_n = take_blob(&r, &argv_p), env_n = take_blob(&r, &env_p);
@@ -635,6 +647,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dup2(devnull, 0);
     close(devnull);
     if (had_feeder) pthread_join(feed.thread, NULL);
+    while (waitpid(-1, NULL, __WALL) > 0) /* the shim's stdin feeder, without memfd_create */
+        ;
     free_live();
 
     /* ----- the verdict ----- */
