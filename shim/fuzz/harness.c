@@ -44,6 +44,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 /* ---------------------------------------------------------------------------------------------- */
 /* small tools */
 
+static void cleanup(void);
+
 static _Noreturn void finding(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -51,6 +53,7 @@ static _Noreturn void finding(const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
+    cleanup(); /* abort() skips atexit */
     abort();
 }
 
