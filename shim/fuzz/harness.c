@@ -6,11 +6,12 @@
  * connected: a memory file, an empty file, a pipe fed by a thread, a non-blocking pipe fed in
  * dribs), the agent socket the shim is pointed at (the harness's fake agent, disabled spellings, a
  * missing or too long path, an unterminated config field), the cold launcher (safe, unsafe, missing,
- * a directory, relative), the embedded config block (structured or raw bytes), argv, the
- * environment, stdin, and a script the fake agent plays on the connection: wait until the shim has
- * sent n bytes (so the socket can close at every step of the exchange), send raw bytes, a
- * well-formed ACK or RESULT, a header with any kind/version/length, a large RESULT (up to ~1 MiB
- * of output, which overflows a pipe), a half-close; the script's end closes the connection.
+ * a directory, relative), whether memfd_create exists, the embedded config block (structured or
+ * raw bytes), argv, the environment, stdin (up to 4 MiB), and a script the fake agent plays on the
+ * connection: wait until the shim has sent n bytes (so the socket can close at every step of the
+ * exchange), send raw bytes, a well-formed ACK or RESULT, a header with any kind/version/length, a
+ * large RESULT (up to ~1 MiB of output, which overflows a pipe), a half-close; the script's end
+ * closes the connection.  The layout, byte by byte: README.md.
  *
  * Besides the sanitizers' findings, the harness checks the outcome against a model of the protocol
  * (common/shim.py's docstring): the agent's answer relayed exactly (stdout, stderr, exit code) when
@@ -383,8 +384,8 @@ static void *feed_main(void *arg) {
     struct feed *f = arg;
     size_t off = 0, step = 1;
     while (off < f->len) {
-        if (f->dribble && off) usleep(100); /* so a non-blocking read meets an empty pipe midway */
-        size_t n = f->dribble ? 1 + (step * 37) % 997 : f->len - off;
+        if (f->dribble && off && step < 32) usleep(100); /* a non-blocking read meets an empty pipe midway */
+        size_t n = f->dribble && step < 32 ? 1 + (step * 37) % 997 : f->len - off;
         if (n > f->len - off) n = f->len - off;
         ssize_t k = write(f->fd, f->data + off, n);
         if (k < 0 && errno == EINTR) continue;
@@ -529,12 +530,23 @@ static int split(const uint8_t *p, size_t n, char *store, char **out, int max) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     struct reader r = {data, size};
-    unsigned modes = take8(&r), socket_sel = take8(&r) % 8, fallback_byte = take8(&r), fallback_sel = fallback_byte % 5;
+    unsigned modes = take8(&r), socket_sel = take8(&r) % 8, fallback_byte = take8(&r);
+    unsigned fallback_sel = (fallback_byte & 7) % 5, stdin_scale = fallback_byte >> 3 & 3;
     no_memfd = fallback_byte >> 7;
     unsigned stdin_mode = modes & 3, raw_config = modes >> 4 & 1, no_argv = modes >> 5 & 1, command_sel = modes >> 6;
     const uint8_t *type_p, *argv_p, *env_p, *in_p;
     size_t type_n = take_blob(&r, &type_p), argv_n = take_blob(&r, &argv_p), env_n = take_blob(&r, &env_p);
     size_t in_n = take_blob(&r, &in_p);
+    /* A large stdin: the blob repeated (up to 4 MiB), more than a pipe or the socket buffer holds. */
+    static struct buf big_in;
+    size_t repeat = (size_t)1 << (3 * stdin_scale);
+    while (repeat > 1 && in_n * repeat > (4u << 20)) repeat /= 2;
+    if (repeat > 1 && in_n) {
+        big_in.len = 0;
+        for (size_t i = 0; i < repeat; i++) grow(&big_in, in_p, in_n);
+        in_p = big_in.data;
+        in_n = big_in.len;
+    }
 
     /* the embedded config block */
     volatile char *cfg = (volatile char *)&cnichain_shim_config;
