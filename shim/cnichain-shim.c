@@ -35,6 +35,20 @@
 
 extern char **environ;
 
+/* The fuzz build (shim/fuzz/build.sh) links this file into a libFuzzer harness that calls main as
+ * cnichain_shim_main, many times in one process: leaving the process, exec'ing the cold launcher,
+ * fds 1 and 2, and the heap become the harness's hooks (shim/fuzz/harness.c).  Everywhere else
+ * the names below are the plain libc ones, so the production build is this file as it reads. */
+#ifdef CNICHAIN_FUZZ
+#include "fuzz/hooks.h"
+#else
+#define SHIM_EXIT _exit
+#define SHIM_MEMFD_CREATE(name, flags) (int)syscall(SYS_memfd_create, name, flags)
+#define SHIM_EXECVE execve
+#define SHIM_OUT 1
+#define SHIM_ERR 2
+#endif
+
 /* --- the baked configuration (written by node/native_shim.py; keep the layouts in step) --- */
 struct shim_config {
     char magic[32];     /* "CNICHAIN-SHIM-CONFIG/1", the installer's anchor */
@@ -86,6 +100,7 @@ static int buf_reserve(struct buf *b, size_t extra) {
 }
 
 static int buf_put(struct buf *b, const void *p, size_t n) {
+    if (!n) return 0; /* an empty buffer's data may be NULL: memcpy(_, NULL, 0) is undefined */
     if (buf_reserve(b, n)) return -1;
     memcpy(b->data + b->len, p, n);
     b->len += n;
@@ -102,10 +117,20 @@ static uint32_t get_be32(const unsigned char *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
+/* Wait until fd is ready for ``events``, as a blocking read or write would: the caller may have
+ * handed us a non-blocking stdin or stdout (O_NONBLOCK belongs to the open file, which we share). */
+static int wait_ready(int fd, short events) {
+    struct pollfd p = {fd, events, 0};
+    while (poll(&p, 1, -1) < 0)
+        if (errno != EINTR) return -1;
+    return 0;
+}
+
 static int write_all(int fd, const unsigned char *p, size_t n) {
     while (n) {
         ssize_t k = write(fd, p, n);
         if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && wait_ready(fd, POLLOUT) == 0) continue;
         if (k <= 0) return -1;
         p += k;
         n -= (size_t)k;
@@ -132,17 +157,20 @@ static void json_string(struct buf *b, const char *s) {
     buf_put(b, "\"", 1);
 }
 
+/* A string literal's bytes, counted by the compiler (a hand count once dropped a space). */
+#define PUT_LITERAL(b, s) buf_put(b, s, sizeof s - 1)
+
 static _Noreturn void fail(const char *msg, const char *details) {
     struct buf b = {0};
-    buf_put(&b, "{\n    \"code\": 999,\n    \"msg\": ", 29);
+    PUT_LITERAL(&b, "{\n    \"code\": 999,\n    \"msg\": ");
     json_string(&b, msg);
     if (details && *details) {
-        buf_put(&b, ",\n    \"details\": ", 17);
+        PUT_LITERAL(&b, ",\n    \"details\": ");
         json_string(&b, details);
     }
-    buf_put(&b, "\n}\n", 3);
-    if (b.data) write_all(1, b.data, b.len);
-    _exit(1);
+    PUT_LITERAL(&b, "\n}\n");
+    if (b.data) write_all(SHIM_OUT, b.data, b.len);
+    SHIM_EXIT(1);
 }
 
 /* Copy a NUL-terminated field out of the volatile block; "" when it is not terminated. */
@@ -166,7 +194,7 @@ static int valid_type(const char *t) {
 
 /* Put ``data`` behind fd 0: an anonymous memory file, or a pipe fed by a child when that fails. */
 static int replay_stdin(const struct buf *data) {
-    int fd = (int)syscall(SYS_memfd_create, "cnichain-stdin", 1u /* MFD_CLOEXEC */);
+    int fd = SHIM_MEMFD_CREATE("cnichain-stdin", 1u /* MFD_CLOEXEC */);
     if (fd >= 0) {
         if ((!data->len || write_all(fd, data->data, data->len) == 0) && lseek(fd, 0, SEEK_SET) == 0 &&
             dup2(fd, 0) == 0) {
@@ -201,7 +229,7 @@ static _Noreturn void run_cold(char **argv, const struct buf *replay) {
     if (replay && replay_stdin(replay)) fail("cnichain shim: cannot replay stdin to the cold launcher", strerror(errno));
     char *bare[2] = {fallback_buf, NULL};
     if (argv[0]) argv[0] = fallback_buf; /* the launcher's own path, as if exec'd directly */
-    execve(fallback_buf, argv[0] ? argv : bare, environ);
+    SHIM_EXECVE(fallback_buf, argv[0] ? argv : bare, environ);
     fail("cnichain shim: cannot run the cold launcher", strerror(errno));
 }
 
@@ -271,8 +299,8 @@ static int print_result(const struct buf *r) {
     if ((uint64_t)12 + n_out + n_err != r->len) return -1;
     int code = (int32_t)get_be32(r->data);
     signal(SIGPIPE, SIG_IGN); /* a closed stdout is an error to report, not a reason to die */
-    if (write_all(1, r->data + 12, n_out) || write_all(2, r->data + 12 + n_out, n_err)) _exit(1);
-    _exit(code);
+    if (write_all(SHIM_OUT, r->data + 12, n_out) || write_all(SHIM_ERR, r->data + 12 + n_out, n_err)) SHIM_EXIT(1);
+    SHIM_EXIT(code);
 }
 
 /* The environment as posix.environ sees it: records with '=', the first of duplicate keys. */
@@ -295,6 +323,7 @@ static int read_stdin(struct buf *b) {
         if (buf_reserve(b, 65536)) return -1;
         ssize_t k = read(0, b->data + b->len, 65536);
         if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && wait_ready(0, POLLIN) == 0) continue;
         if (k < 0) return -1;
         if (k == 0) return 0;
         b->len += (size_t)k;

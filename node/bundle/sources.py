@@ -110,9 +110,12 @@ def _closure(root: str) -> list[importlib.metadata.Distribution]:
     return [seen[k] for k in sorted(seen)]
 
 
+FUZZ_DIR = "cnichain/shim/fuzz/"  # the shim's fuzz harness and corpus: tests only, as in the wheel
+
+
 def _skipped(rel: str) -> bool:
     return (rel.startswith("..") or "__pycache__" in rel or rel.endswith((".pyc", ".pth"))
-            or rel.endswith("/RECORD"))
+            or rel.endswith("/RECORD") or rel.startswith(FUZZ_DIR))
 
 
 def _add_dists(plan: Plan) -> None:

@@ -42,3 +42,13 @@ def test_runtime_requirements_only():
     assert _requirement_applies('typing-extensions>=4; python_version < "3.13"')
     assert not _requirement_applies('colorama; platform_system == "Windows"')
     assert not _requirement_applies('pytest; extra == "dev"')
+
+
+def test_the_tree_carries_the_shim_but_not_its_fuzz_harness():
+    """shim/fuzz (harness, corpus) is for tests only: the tree, like the wheel, leaves it out."""
+    from cnichain.node.bundle import sources
+
+    plan = sources.Plan()
+    sources._add_package("cnichain", plan)
+    assert any(rel.endswith("/cnichain/shim/cnichain-shim.c") for rel in plan.dists)
+    assert not [rel for rel in plan.dists if "/cnichain/shim/fuzz/" in rel]
