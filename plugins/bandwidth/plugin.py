@@ -14,6 +14,8 @@ layout and IFB names).  Differences, all on purpose:
 
 from __future__ import annotations
 
+import errno
+
 from cnichain.common import version as versions
 from cnichain.common.errors import CniError, plugin_error
 from cnichain.common.kernel_errors import KernelError
@@ -83,30 +85,60 @@ def cmd_add(req: Request) -> Result:
 
     from cnichain.common import netlink
 
-    from . import kernel
-
     with netlink.route_socket() as host:
         veth = _host_veth(host, req, prev)
-        with Rollback() as undo:
-            if ingress is not None:
-                kernel.add_tbf(host, veth.index, ingress)
-                undo.push("tbf", kernel.delete_qdisc, host, veth.index, kernel.TBF_HANDLE, kernel.TC_H_ROOT)
-            if egress is not None:
-                name = ifb_name(req.network_name, req.container_id)
-                ifb = kernel.create_ifb(host, name, veth.mtu)
-                undo.push("ifb link", kernel.delete_link, host, ifb.index)
-                try:
-                    kernel.add_tbf(host, ifb.index, egress)
-                except KernelError as exc:
-                    raise exc.rewrap(f"create ifb qdisc: {exc.context}") from None  # as the reference nests it
-                kernel.ifb_up(host, ifb, _ifb_alias(req))
-                # The redirect goes in last: no packet reaches the IFB before it is shaped.
-                kernel.add_ingress_qdisc(host, veth.index)
-                undo.push("ingress", kernel.delete_qdisc, host, veth.index, kernel.INGRESS_HANDLE, kernel.TC_H_INGRESS)
-                kernel.add_redirect(host, veth.index, ifb.index)
-                prev.interfaces.append(Interface(name=ifb.name, mac=ifb.mac))
+        try:
+            _shape(host, req, veth, ingress, egress, prev)
+        except KernelError as exc:
+            if exc.errno != errno.EEXIST:
+                raise
+            # Our own shaping of this attachment is there already: an earlier ADD was killed
+            # before it answered (the shim then runs the request again).  Redo it from scratch.
+            _remove_own_shaping(host, req, veth)
+            _shape(host, req, veth, ingress, egress, prev)
     log.info(f"shaped {veth.name}: ingress={cfg.ingress} egress={cfg.egress} ({cfg.source})")
     return prev
+
+
+def _shape(host: Any, req: Request, veth: Any, ingress: Optional[plan.TbfParams],
+           egress: Optional[plan.TbfParams], prev: Result) -> None:
+    """The TBF on the host veth and the IFB with its redirect, all or nothing."""
+    from . import kernel
+
+    with Rollback() as undo:
+        if ingress is not None:
+            kernel.add_tbf(host, veth.index, ingress)
+            undo.push("tbf", kernel.delete_qdisc, host, veth.index, kernel.TBF_HANDLE, kernel.TC_H_ROOT)
+        if egress is not None:
+            name = ifb_name(req.network_name, req.container_id)
+            ifb = kernel.create_ifb(host, name, veth.mtu)
+            undo.push("ifb link", kernel.delete_link, host, ifb.index)
+            try:
+                kernel.add_tbf(host, ifb.index, egress)
+            except KernelError as exc:
+                raise exc.rewrap(f"create ifb qdisc: {exc.context}") from None  # as the reference nests it
+            kernel.ifb_up(host, ifb, _ifb_alias(req))
+            # The redirect goes in last: no packet reaches the IFB before it is shaped.
+            kernel.add_ingress_qdisc(host, veth.index)
+            undo.push("ingress", kernel.delete_qdisc, host, veth.index, kernel.INGRESS_HANDLE, kernel.TC_H_INGRESS)
+            kernel.add_redirect(host, veth.index, ifb.index)
+            prev.interfaces.append(Interface(name=ifb.name, mac=ifb.mac))
+
+
+def _remove_own_shaping(host: Any, req: Request, veth: Any) -> None:
+    """What this attachment's DEL removes: the veth's shaping and the IFB named for it."""
+    from . import kernel
+
+    ifb = kernel.get_link(host, name=ifb_name(req.network_name, req.container_id))
+    removed = kernel.remove_shaping(host, veth, ifb.index if ifb else None)
+    if kernel.has_ingress_qdisc(host, veth.index) and not kernel.redirect_targets(host, veth.index):
+        # An ingress qdisc still without its redirect: the killed ADD's, added just before it.
+        if kernel.delete_qdisc(host, veth.index, kernel.INGRESS_HANDLE, kernel.TC_H_INGRESS):
+            removed.append(f"ingress qdisc on {veth.name}")
+    if ifb is not None:
+        kernel.delete_link(host, ifb.index)
+        removed.append(ifb.name)
+    log.info(f"redoing the shaping of {veth.name}: removed {', '.join(removed) or 'nothing'} an earlier ADD left")
 
 
 # -- DEL ---------------------------------------------------------------------------------------
