@@ -25,14 +25,17 @@ from tests.integration.test_containerd_del_shapes import (CNI_ARGS, KILL_FRACTIO
 
 pytestmark = pytest.mark.integration
 
-# The stand-in for one plugin: its ADD runs the real one in its own process group, SIGKILLs the
-# group after $KILL_AFTER seconds (or once it is done), then runs the real one again in its place
-# with the same stdin -- the shim's cold fallback after a worker died.  Other commands exec it.
+# The stand-in for one plugin: its first ADD of a container runs the real one in its own process
+# group, SIGKILLs the group after $KILL_AFTER seconds (or once it is done), then runs the real one
+# again in its place with the same stdin -- the shim's cold fallback after a worker died.  Other
+# commands, and later ADDs of that container (bridge asking its IPAM again), exec it.
 RETRY = """#!{python}
 import os, signal, subprocess, sys
 real = os.path.join({real!r}, os.path.basename(sys.argv[0]))
-if os.environ.get("CNI_COMMAND") != "ADD":
+mark = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "killed-" + os.environ.get("CNI_CONTAINERID", ""))
+if os.environ.get("CNI_COMMAND") != "ADD" or os.path.exists(mark):
     os.execv(real, [real])
+open(mark, "w").close()
 data = sys.stdin.buffer.read()
 p = subprocess.Popen([real], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                      start_new_session=True)
