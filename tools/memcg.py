@@ -101,6 +101,16 @@ class MemCgroup:
         value = _read(os.path.join(self.memory, name)).strip()
         return int(value) if value.isdigit() else 0
 
+    def reset_peak(self) -> bool:
+        """Start the peak over (v1: writing 0; v2 kernels with a writable memory.peak); False when
+        this kernel cannot, and :meth:`peak` stays the peak since the cgroup was made."""
+        name = "memory.peak" if self.v2 else "memory.max_usage_in_bytes"
+        try:
+            _write(os.path.join(self.memory, name), "0")
+            return True
+        except OSError:
+            return False
+
     def oom_kills(self) -> int:
         """Processes of this cgroup the OOM killer took."""
         if self.v2:
