@@ -131,8 +131,10 @@ def _remove_own_shaping(host: Any, req: Request, veth: Any) -> None:
 
     ifb = kernel.get_link(host, name=ifb_name(req.network_name, req.container_id))
     removed = kernel.remove_shaping(host, veth, ifb.index if ifb else None)
-    if kernel.has_ingress_qdisc(host, veth.index) and not kernel.redirect_targets(host, veth.index):
-        # An ingress qdisc still without its redirect: the killed ADD's, added just before it.
+    if (ifb is not None and kernel.has_ingress_qdisc(host, veth.index)
+            and not kernel.redirect_targets(host, veth.index)):
+        # An ingress qdisc still without its redirect next to our IFB: the killed ADD's, added
+        # just before it (one that is there without our IFB is someone else's, and stays).
         if kernel.delete_qdisc(host, veth.index, kernel.INGRESS_HANDLE, kernel.TC_H_INGRESS):
             removed.append(f"ingress qdisc on {veth.name}")
     if ifb is not None:

@@ -117,7 +117,7 @@ def storm(cri_node: CriNode, tag: str) -> tuple[float, float, list[str]]:
     with Listeners() as listeners:
         for _, pod in pods:
             listeners.add(pod.pid)
-        for i, pod in pods:
+        for i, _pod in pods:
             got = traffic.tcp_request(cri_node.node.client_argv(), NODE_IP, BASE_PORT + i, b"ping\n")
             if b"pong" not in got:
                 failures.append(f"pod {i}: hostPort {BASE_PORT + i} did not answer ({got[:80]!r})")
