@@ -289,7 +289,8 @@ class Agent:
             conn = Conn(sock, CONN_KIND[kind], time.monotonic())
             if kind != LISTEN_METRICS_TCP and not self.handshake.peer_is_root(conn):
                 continue
-            if conn.kind == CNI and not self.handshake.admit(conn, self.draining, self.inflight.queued):
+            if conn.kind == CNI and not self.handshake.admit(conn, self.draining,
+                                                                   self.inflight.count + self.inflight.queued):
                 continue
             sock.setblocking(False)
             self.conns[sock.fileno()] = conn
