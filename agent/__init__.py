@@ -23,6 +23,7 @@ The modules, one job each (pure ones marked):
 ``protocol``   (pure) frames out of a buffer, REQUEST validation, the agent's own reply frames
 ``metrics``    (pure) counters, histograms, the Prometheus text and its HTTP response
 ``config``     settings, limits and the command line (the one declaration of the agent's options)
+``budget``     the memory limit and CPUs of the agent's cgroup, and how many workers fit in them
 ``peer``       caller credentials, its namespaces, and entering them
 ``sockets``    listening sockets set up safely; send-and-forget writes
 ``activation`` listening sockets passed by systemd (socket activation, sd_listen_fds semantics)
@@ -35,7 +36,7 @@ The modules, one job each (pure ones marked):
 ``connection`` one accepted connection and its states: read -> go -> run, each with its deadline
 ``events``     the tags of the selector's keys, named once
 ``handshake``  admission at accept, then REQUEST/ACK/GO; VERSION, metrics and refusals answered
-``inflight``   a request's worker from GO to its DONE or death: start, finish, answer for it, kill
+``inflight``   a request's worker from GO to its DONE or death: queue, start, finish, answer for it, kill
 ``pool_keeper`` the agent's workers: take (or fork at once), "ready"/DONE/exits, sizing, close
 ``server``     the event loop: register, dispatch, signals, drain, the deadline sweep
 ``control``    start/stop an agent process, fetch its metrics, ``status`` (tests, bench, operators)

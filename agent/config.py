@@ -29,9 +29,12 @@ class AgentConfig:
     metrics_port: int = 0  # opt-in loopback TCP port for Prometheus
     request_timeout: float = 60.0
     max_request: int = MAX_REQUEST
-    max_workers: int = 64
-    pool_size: int = 6  # long-lived workers kept ready at least (more after bursts, see pool_keeper);
-    # one pod through a five-plugin chain takes six (bridge's IPAM delegate is a request too)
+    max_workers: int = 64  # an upper bound; the memory budget and the CPUs usually set a lower one
+    pool_size: int = 2  # long-lived workers kept ready at least (more after bursts, see pool_keeper):
+    # a pod's chain runs its plugins one after another, plus bridge's IPAM delegate while bridge waits
+    queue_size: int = 256  # requests told GO that wait for a worker once the pool is at its capacity
+    queue_wait: float = 6.0  # seconds one waits at most; then its shim runs it cold (nothing ran yet)
+    memory_budget: int = 512 << 20  # bytes planned within when the container sets no memory limit
     worker_requests: int = 1000  # a worker retires after serving this many (1: a fresh process each)
     worker_rss_growth: int = 64 << 20  # ... or when its resident memory grew this much (bytes; 0: never)
     drain_timeout: Optional[float] = None  # default: request_timeout + KILL_GRACE
@@ -69,7 +72,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--request-timeout", type=float, default=AgentConfig.request_timeout, metavar="SECONDS",
                    help="seconds before a request's worker is killed")
     p.add_argument("--max-workers", type=int, default=AgentConfig.max_workers, metavar="N",
-                   help="concurrent requests; more are sent back to the cold path")
+                   help="workers at once at most; the memory budget and usable CPUs may set fewer "
+                        "(the capacity is logged at start); more requests wait in the queue")
+    p.add_argument("--queue", type=int, default=AgentConfig.queue_size, metavar="N",
+                   help="requests that may wait for a warm worker once all are busy; beyond that they run cold")
+    p.add_argument("--queue-wait", type=float, default=AgentConfig.queue_wait, metavar="SECONDS",
+                   help="how long a request waits in the queue at most before its shim runs it cold")
+    p.add_argument("--memory-budget", type=int, default=AgentConfig.memory_budget >> 20, metavar="MiB",
+                   help="memory the pool is sized to when the agent's cgroup sets no limit "
+                        "(with one: cgroup v2 memory.max or v1 memory.limit_in_bytes)")
     p.add_argument("--pool", type=int, default=AgentConfig.pool_size, metavar="N",
                    help="long-lived workers kept ready at least; more stay after a burst (0: none ahead of demand)")
     p.add_argument("--worker-requests", type=int, default=AgentConfig.worker_requests, metavar="N",
@@ -102,8 +113,11 @@ def parse_args(argv: Optional[list[str]] = None) -> AgentConfig:
         metrics_socket=ns.metrics_socket,
         metrics_port=ns.metrics_port,
         request_timeout=ns.request_timeout,
-        max_workers=ns.max_workers,
+        max_workers=max(1, ns.max_workers),
         pool_size=max(0, ns.pool),
+        queue_size=max(0, ns.queue),
+        queue_wait=max(0.0, ns.queue_wait),
+        memory_budget=max(1, ns.memory_budget) << 20,
         worker_requests=max(1, ns.worker_requests),
         worker_rss_growth=max(0, ns.worker_rss_growth) << 20,
         drain_timeout=ns.drain_timeout,

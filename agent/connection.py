@@ -23,6 +23,7 @@ from cnichain.agent.protocol import AgentRequest
 # States (plain strings: they appear as-is in messages and are cheap to compare).
 READ = "read"  # accepted; the REQUEST (or an HTTP request) is still being read
 GO = "go"  # ACK sent; waiting for the shim's GO
+WAIT = "wait"  # told GO, queued for a worker (every one is busy); closing it sends its shim cold
 RUN = "run"  # a worker has the connection and writes the answer itself
 
 # Kinds: which listener the connection came from.
@@ -30,7 +31,8 @@ CNI = "cni"
 METRICS = "metrics"
 
 # The legal moves, stated once: forward only, one step at a time.
-LEGAL: dict[str, frozenset[str]] = {READ: frozenset({GO}), GO: frozenset({RUN}), RUN: frozenset()}
+LEGAL: dict[str, frozenset[str]] = {READ: frozenset({GO}), GO: frozenset({WAIT, RUN}), WAIT: frozenset({RUN}),
+                                    RUN: frozenset()}
 
 
 class IllegalTransition(RuntimeError):
@@ -40,7 +42,9 @@ class IllegalTransition(RuntimeError):
 def deadline_for(state: str, since: float, request_timeout: float) -> float:
     """When a connection that entered ``state`` at ``since`` (monotonic) has overstayed.
 
-    ``read`` and ``go`` wait on the client (closing it then only sends its shim cold); ``run`` waits
+    ``read`` and ``go`` wait on the client (closing it then only sends its shim cold), ``wait`` on a
+    worker to become free (its bound is passed as ``request_timeout``: closing it too only sends
+    its shim cold, since nothing ran); ``run`` waits
     on the worker, whose own alarm fires at ``request_timeout``: the server kills it a grace period
     after that in case the alarm was blocked.
     """
@@ -48,6 +52,8 @@ def deadline_for(state: str, since: float, request_timeout: float) -> float:
         return since + READ_TIMEOUT
     if state == GO:
         return since + GO_TIMEOUT
+    if state == WAIT:
+        return since + request_timeout  # here: the queue's wait bound (nothing runs yet)
     if state == RUN:
         return since + request_timeout + KILL_GRACE
     raise IllegalTransition(f"no such connection state: {state!r}")
@@ -66,14 +72,14 @@ class Conn:
     net_fd: int  # the peer's namespaces, held from accept until a worker has them
     mnt_fd: int
     buf: bytearray  # bytes received and not yet parsed
-    state: str  # READ, GO or RUN
+    state: str  # READ, GO, WAIT or RUN
     deadline: float  # monotonic; 0.0: none (a killed worker, waiting to be reaped)
     req: Optional[AgentRequest]
     payload: bytes  # the REQUEST payload as received, for a pooled worker to decode
     child: int  # the worker's pid once in RUN
     pidfd: int  # the worker's pidfd while it runs; -1 otherwise
     pooled: bool  # the worker came from the pool (for the log)
-    started: float  # monotonic time of the move to RUN
+    started: float  # monotonic time of the GO (the move to WAIT or RUN)
     killed: bool  # the server sent the worker SIGKILL at its deadline
 
     def __init__(self, sock: socket.socket, kind: str, now: float) -> None:
@@ -106,10 +112,22 @@ class Conn:
         """READ -> GO: the REQUEST was accepted and the ACK is being sent."""
         self._move(GO, now, 0.0)
 
+    @property
+    def waiting(self) -> bool:
+        """Told GO and queued for a worker: nothing ran yet, closing it sends its shim cold."""
+        return self.state == WAIT
+
+    def wait(self, now: float, queue_wait: float) -> None:
+        """GO -> WAIT: every worker the budget allows is busy; queued for at most ``queue_wait``."""
+        self._move(WAIT, now, queue_wait)
+        self.started = now  # a request's time counts from its GO, queue included
+
     def run(self, now: float, request_timeout: float) -> None:
-        """GO -> RUN: the shim said GO and a worker is being given the request."""
+        """GO (or WAIT) -> RUN: a worker is being given the request."""
+        queued = self.state == WAIT
         self._move(RUN, now, request_timeout)
-        self.started = now
+        if not queued:
+            self.started = now
 
     def disarm(self) -> None:
         """No more deadline: the worker was killed and only its reaping is left."""

@@ -68,11 +68,13 @@ def running_agent(
     args: tuple[str, ...] = (),
     env: Optional[dict] = None,
     start_timeout: float = 30.0,
+    preexec: Any = None,
 ) -> Iterator[RunningAgent]:
     """Start ``cnichain agent --socket PATH`` as a subprocess, wait until it serves, stop it after.
 
     ``netns`` only places the agent itself; every request runs in its caller's namespace anyway.
     ``env`` adds variables (e.g. PYTHONPATH for test-only plugin modules given with ``--plugin``).
+    ``preexec`` runs in the child before the exec (e.g. joining a memory cgroup, tools/memcg.py).
     """
     import subprocess
 
@@ -88,9 +90,11 @@ def running_agent(
     try:
         if netns:
             with netns_mod.entered(netns):
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, env=child_env)
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, env=child_env,
+                                        preexec_fn=preexec)
         else:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, env=child_env)
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, env=child_env,
+                                    preexec_fn=preexec)
     finally:
         os.close(log_fd)
     metrics_socket = socket_path + ".metrics"

@@ -24,6 +24,7 @@ a RESULT); only a plugin log line's pid differs (the bridge's, not a second proc
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import sys
@@ -123,6 +124,7 @@ class DelegateRunner:
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
+            gc.freeze()  # the worker's heap stays shared with it
             status = worker.EXIT_FAILED
             try:
                 os.close(r)

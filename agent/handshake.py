@@ -60,14 +60,17 @@ class Handshake:
         sockets.send_and_close(conn.sock, protocol.refusal(f"permission denied: peer uid {conn.uid} is not root"))
         return False
 
-    def admit(self, conn: Conn, draining: bool, in_flight: int) -> bool:
-        """Whether a CNI connection may proceed; takes hold of the caller's namespaces if so."""
+    def admit(self, conn: Conn, draining: bool, taken: int) -> bool:
+        """Whether a CNI connection may proceed; takes hold of the caller's namespaces if so.
+
+        Refused when ``taken`` (requests running plus waiting) already fill the capacity and the
+        queue: this one would only wait longer than running cold."""
         if draining:
             sockets.send_and_close(conn.sock, protocol.refusal("agent is shutting down"))
             return False
-        if in_flight >= self.cfg.max_workers:
+        if taken >= self.cfg.max_workers + self.cfg.queue_size:
             self.metrics.refuse("busy")
-            sockets.send_and_close(conn.sock, protocol.refusal("agent is at its worker limit"))
+            sockets.send_and_close(conn.sock, protocol.refusal("agent's queue is full"))
             return False
         try:  # now, before the peer could exit and its pid be reused
             conn.net_fd, conn.mnt_fd = peer.open_namespaces(conn.pid)

@@ -6,12 +6,25 @@ worker reports DONE when it has answered and is back home (:meth:`InFlight.finis
 instead -- a crash, its alarm, the agent's SIGKILL at the deadline -- :meth:`InFlight.died` answers
 the shim in its place.  A request too large for a worker's channel runs in a one-shot worker forked
 for it, reaped here (:meth:`InFlight.reap`).  Either way the outcome is logged and counted once,
-in :meth:`InFlight._end`.  The count of requests here is what ``--max-workers`` bounds, and what a
-drain waits for.
+in :meth:`InFlight._end`.  The count of requests here is what the capacity bounds (the memory
+budget and CPUs, :mod:`budget`), and what a drain waits for.
+
+Beyond the capacity a request told GO waits in a FIFO queue (:data:`connection.WAIT`) until a
+request ends and frees a worker, for at most ``--queue-wait`` seconds; then, like a request the
+agent is draining away from, its connection is closed and its shim runs it cold -- nothing of it
+ran yet.  A request from one of the agent's own workers (bridge's IPAM delegate) never waits: its
+caller holds a worker of the budget already, and queueing it behind requests that wait for that
+very worker would deadlock a storm of pods.
+
+A worker killed by SIGKILL that the agent did not send (the kernel's OOM killer, an operator) is
+the "killed" outcome: the agent does not answer for it, it closes the connection, and the shim
+runs the request cold -- the plugins pick up or undo what the dead worker left half made, so the
+pod's request is not failed by the agent's own trouble.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import selectors
 import signal
@@ -55,6 +68,8 @@ class InFlight:
         self.close = close
         self.children = {}
         self.on_end: Optional[Callable[[Any, int], None]] = None  # (request, exit code): the reconciler's hint
+        self.waiting: dict[Conn, None] = {}  # queued for a worker, oldest first
+        self.capacity = cfg.max_workers
         pool.finished = self.finished
         pool.died = self.died
 
@@ -63,8 +78,61 @@ class InFlight:
         """How many workers are running (what ``max_workers`` bounds and a drain waits for)."""
         return len(self.children)
 
+    @property
+    def queued(self) -> int:
+        """How many requests wait for a worker."""
+        return len(self.waiting)
+
     def start(self, conn: Conn) -> None:
-        """The shim said GO: move ``conn`` to RUN and give its request to a worker."""
+        """The shim said GO: give its request to a worker, or queue it when all the budget allows
+        are busy (never a request of one of our own workers: see the module docstring)."""
+        if len(self.children) >= self.capacity and not self._from_worker(conn):
+            conn.wait(time.monotonic(), self.cfg.queue_wait)
+            self.waiting[conn] = None
+            self.metrics.queue_entered(len(self.waiting))
+            return
+        self._run(conn)
+
+    def _from_worker(self, conn: Conn) -> bool:
+        """Whether the peer is one of the agent's workers (a delegated IPAM request)."""
+        return any(w.pid == conn.pid for w in self.pool.workers.values()) or any(
+            c.child == conn.pid for c in self.children.values())
+
+    def unqueue(self, conn: Conn) -> bool:
+        """Take ``conn`` out of the queue (its shim went away, or it is being closed)."""
+        if conn in self.waiting:
+            del self.waiting[conn]
+            self.metrics.queue_now = len(self.waiting)
+            return True
+        return False
+
+    def expire_wait(self, conn: Conn) -> None:
+        """``conn`` waited its bound: close it, and its shim runs the request cold."""
+        self.unqueue(conn)
+        self.metrics.refuse("queue wait")
+        self.log(f"request from pid {conn.pid} waited {self.cfg.queue_wait:g}s for a worker: running it cold")
+        self.close(conn)
+
+    def drop_waiting(self) -> None:
+        """Draining: every queued request goes back to its shim's cold path."""
+        for conn in list(self.waiting):
+            self.unqueue(conn)
+            self.metrics.refuse("draining")
+            self.close(conn)
+
+    def _next(self) -> None:
+        """A request ended: start the oldest queued ones the capacity now allows."""
+        while self.waiting and len(self.children) < self.capacity:
+            conn = next(iter(self.waiting))
+            self.unqueue(conn)
+            try:
+                self._run(conn)
+            except Exception as exc:  # noqa: BLE001 - that request goes cold; the queue goes on
+                self.log(f"cannot start a queued request: {exc!r}")
+                self.close(conn)
+
+    def _run(self, conn: Conn) -> None:
+        """Move ``conn`` to RUN and give its request to a worker."""
         assert conn.req is not None
         conn.run(time.monotonic(), self.cfg.request_timeout)
         conn.sock.setblocking(True)
@@ -90,6 +158,7 @@ class InFlight:
         self.log.flush_before_fork()
         pid = os.fork()
         if pid == 0:  # the worker
+            gc.freeze()  # what the agent built stays shared: our collector never walks it
             status = worker.EXIT_FAILED
             try:
                 delegates = DelegateRunner(self.plugins, self.cfg.socket_path, self.cfg.request_timeout)
@@ -134,6 +203,7 @@ class InFlight:
         if outcome in ("timeout", "crashed"):
             msg = worker.failure_message(req, outcome, how, self.cfg.request_timeout)
             sockets.send_quietly(conn.sock, protocol.error_result(msg))
+        # "killed": no answer -- closing the connection sends the shim cold (module docstring).
         if usage is not None:
             cost = (usage.ru_utime + usage.ru_stime, usage.ru_minflt)
         self.log(
@@ -145,6 +215,7 @@ class InFlight:
         conn.pidfd = -1
         self.metrics.inflight = len(self.children)
         self.close(conn)
+        self._next()
 
     def kill(self, conn: Conn) -> None:
         """The worker overstayed its deadline (its own alarm did not end it): SIGKILL, once; its

@@ -51,6 +51,9 @@ class Metrics:
         self.refused: dict[str, int] = {}
         self.rejected = 0
         self.inflight = 0
+        self.queue_now = 0  # requests waiting for a worker
+        self.queued_total = 0  # requests that had to wait for one
+        self.queue_peak = 0  # the most that waited at once
         self.workers: dict[str, int] = {}  # how request workers were started: "pooled" or "forked"
         self.sources: list[Callable[[], list[str]]] = []  # more families (the reconciler's), rendered last
 
@@ -61,6 +64,11 @@ class Metrics:
 
     def worker_started(self, how: str) -> None:
         self.workers[how] = self.workers.get(how, 0) + 1
+
+    def queue_entered(self, waiting: int) -> None:
+        self.queued_total += 1
+        self.queue_now = waiting
+        self.queue_peak = max(self.queue_peak, waiting)
 
     def refuse(self, reason: str) -> None:
         self.refused[reason] = self.refused.get(reason, 0) + 1
@@ -95,6 +103,12 @@ class Metrics:
             lines.append(f'cnichain_agent_workers_started_total{{how="{_esc(how)}"}} {n}')
         lines += _family("cnichain_agent_inflight", "gauge", "Requests whose worker is running.")
         lines.append(f"cnichain_agent_inflight {self.inflight}")
+        lines += _family("cnichain_agent_queue", "gauge", "Requests told GO that wait for a worker now.")
+        lines.append(f"cnichain_agent_queue {self.queue_now}")
+        lines += _family("cnichain_agent_queue_peak", "gauge", "The most requests that waited for a worker at once.")
+        lines.append(f"cnichain_agent_queue_peak {self.queue_peak}")
+        lines += _family("cnichain_agent_queued_total", "counter", "Requests that waited for a worker.")
+        lines.append(f"cnichain_agent_queued_total {self.queued_total}")
         lines += _family("cnichain_agent_start_time_seconds", "gauge", "Unix time the agent started.")
         lines.append(f"cnichain_agent_start_time_seconds {self.started:.3f}")
         for source in self.sources:

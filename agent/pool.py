@@ -134,6 +134,7 @@ def spawn(plugins: dict[str, Any], limits: Limits, warm_first: bool) -> Worker:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
     pid = os.fork()
     if pid == 0:
+        gc.freeze()  # first: what the agent built is never traversed (so never copied) by our collector
         status = worker.EXIT_FAILED
         try:
             ours.close()

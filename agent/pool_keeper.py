@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 RETRY_AFTER = 1.0  # seconds without forking ahead of demand after a fork failed or a worker died idle
 PEAK_WINDOW = 600.0  # seconds a burst's parallelism is remembered when sizing the pool
+MEMORY_EVERY = 10.0  # seconds between two reads of the workers' private memory (metrics)
 
 # How a request got its worker (the metrics' "how" label).
 POOLED = "pooled"  # a ready worker took it
@@ -64,6 +65,7 @@ class PoolKeeper:
         self.peak = 0
         self.peak_at = 0.0
         self.closed = False
+        self._memory, self._memory_at = 0, -MEMORY_EVERY
         self.finished = lambda conn, done: None
         self.died = lambda conn, status, usage: None
 
@@ -84,14 +86,27 @@ class PoolKeeper:
         peak = self.peak if time.monotonic() - self.peak_at <= PEAK_WINDOW else 0
         return min(self.cfg.max_workers, max(self.cfg.pool_size, peak))
 
+    def private_memory(self) -> int:
+        """Bytes the workers hold of their own (private pages, ``smaps_rollup``), at most
+        :data:`MEMORY_EVERY` seconds old: reading it walks each worker's page tables (~1 ms), far
+        too much for every scrape of a poller, so a scrape between two reads gets the last sum."""
+        now = time.monotonic()
+        if now - self._memory_at >= MEMORY_EVERY:
+            self._memory = sum(private_bytes(w.pid) for w in self.workers.values())
+            self._memory_at = now
+        return self._memory
+
     def metric_lines(self) -> list[str]:
-        """The pool as a Prometheus gauge: how many workers are in each state right now."""
+        """The pool as Prometheus gauges: workers in each state, and the memory they hold."""
         counts = dict.fromkeys((pool.WARMING, pool.IDLE, pool.BUSY, pool.RETIRING), 0)
         for w in self.workers.values():
             counts[w.state] = counts.get(w.state, 0) + 1
         return ["# HELP cnichain_agent_workers Long-lived workers by state.",
                 "# TYPE cnichain_agent_workers gauge",
-                *(f'cnichain_agent_workers{{state="{state}"}} {n}' for state, n in counts.items())]
+                *(f'cnichain_agent_workers{{state="{state}"}} {n}' for state, n in counts.items()),
+                "# HELP cnichain_agent_pool_memory_bytes Memory the workers do not share with the agent or each other (at most 10 s old).",
+                "# TYPE cnichain_agent_pool_memory_bytes gauge",
+                f"cnichain_agent_pool_memory_bytes {self.private_memory()}"]
 
     def _live(self) -> int:
         return sum(1 for w in self.workers.values() if w.state != pool.RETIRING)
@@ -245,6 +260,19 @@ class PoolKeeper:
         events.unregister(self.sel, w.chan)
         events.unregister(self.sel, w.pidfd)
         self.workers.pop(w.pidfd, None)
+
+
+def private_bytes(pid: int) -> int:
+    """Bytes of ``pid`` no other process shares (Private_Clean + Private_Dirty); 0 when it is gone."""
+    total = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+            for line in fh:
+                if line.startswith((b"Private_Clean:", b"Private_Dirty:")):
+                    total += int(line.split()[1]) << 10
+    except (OSError, IndexError, ValueError):
+        return 0
+    return total
 
 
 def _how(status: int) -> str:

@@ -27,7 +27,7 @@ import time
 from types import FrameType
 from typing import Any, Optional
 
-from cnichain.agent import activation, events, peer, sockets
+from cnichain.agent import activation, budget, events, peer, sockets
 from cnichain.agent.config import AgentConfig, parse_args
 from cnichain.agent.connection import CNI, METRICS, Conn
 from cnichain.agent.handshake import Handshake
@@ -71,6 +71,8 @@ class Agent:
 
     def __init__(self, config: AgentConfig) -> None:
         self.cfg = config
+        self.budget = budget.detect(config.memory_budget)
+        config.max_workers = min(config.max_workers, self.budget.workers)  # the capacity from now on
         self.metrics = Metrics()
         self.log = AgentLog()
         self.plugins: dict[str, Plugin] = {}  # filled by prepare(); the parts below share this dict
@@ -79,6 +81,7 @@ class Agent:
         self.conns: dict[int, Conn] = {}  # fd -> every open connection, until closed
         self.pool = PoolKeeper(config, self.plugins, self.sel, self.log)
         self.metrics.sources.append(self.pool.metric_lines)
+        self.metrics.sources.append(self._budget_lines)
         self.inflight = InFlight(config, self.plugins, self.sel, self.pool, self.metrics, self.log, self._close)
         self.handshake = Handshake(config, self.plugins, self.metrics, self.log, self._close, self.inflight.start)
         self.draining = False
@@ -109,6 +112,8 @@ class Agent:
         peer.rehearse()  # resolve what entering a caller's namespaces needs once, before any fork
         gc.collect()
         gc.freeze()  # keep the warm heap shared with workers (no copy-on-write from the collector)
+        self.log(self.budget.describe() + (f" (--max-workers {self.cfg.max_workers})"
+                                           if self.cfg.max_workers < self.budget.workers else ""))
         self.log(f"warm in {(time.perf_counter() - started) * 1000:.0f} ms: plugins={','.join(sorted(self.plugins))} "
                  f"preloaded={','.join(x for x in loaded if not x.startswith('cnichain.'))}")
         self._wake_r.setblocking(False)
@@ -131,6 +136,20 @@ class Agent:
         self.log(f"serving on {self.cfg.socket_path}" + (f", metrics on {metrics_socket}" if metrics_socket else "")
                  + (f" and 127.0.0.1:{self.cfg.metrics_port}" if self.cfg.metrics_port else "")
                  + (f" (from systemd: {', '.join(sorted(passed))})" if passed else ""))
+
+    def _budget_lines(self) -> list[str]:
+        """The budget the pool is sized to, and what the agent's cgroup charges now."""
+        lines = ["# HELP cnichain_agent_memory_budget_bytes Memory limit the pool is sized to (cgroup or flag).",
+                 "# TYPE cnichain_agent_memory_budget_bytes gauge",
+                 f"cnichain_agent_memory_budget_bytes {self.budget.limit}",
+                 "# HELP cnichain_agent_capacity_workers Workers the agent runs at once at most; more requests queue.",
+                 "# TYPE cnichain_agent_capacity_workers gauge",
+                 f"cnichain_agent_capacity_workers {self.cfg.max_workers}"]
+        if self.budget.source.startswith("cgroup"):
+            lines += ["# HELP cnichain_agent_cgroup_memory_bytes What the agent's memory cgroup charges now.",
+                      "# TYPE cnichain_agent_cgroup_memory_bytes gauge",
+                      f"cnichain_agent_cgroup_memory_bytes {budget.memory_usage()}"]
+        return lines
 
     def _listen_unix(self, path: str, kind: str, passed: Optional[tuple[socket.socket, str]] = None) -> None:
         if passed is not None:  # systemd's socket: never unlinked by us (inode 0), it outlives the agent
@@ -167,6 +186,7 @@ class Agent:
         self.log(f"draining ({why}): {self.inflight.count} request(s) in flight")
         self._close_listeners()
         self.pool.close()
+        self.inflight.drop_waiting()
         for conn in list(self.conns.values()):
             if conn.handshaking:
                 self.handshake.refuse(conn, "agent is shutting down", "draining")
@@ -251,6 +271,8 @@ class Agent:
                 continue
             if conn.running:
                 self.inflight.kill(conn)
+            elif conn.waiting:
+                self.inflight.expire_wait(conn)
             else:
                 self._close(conn)  # a silent or slow client: its shim has gone cold already
 
@@ -268,7 +290,8 @@ class Agent:
             conn = Conn(sock, CONN_KIND[kind], time.monotonic())
             if kind != LISTEN_METRICS_TCP and not self.handshake.peer_is_root(conn):
                 continue
-            if conn.kind == CNI and not self.handshake.admit(conn, self.draining, self.inflight.count):
+            if conn.kind == CNI and not self.handshake.admit(conn, self.draining,
+                                                                   self.inflight.count + self.inflight.queued):
                 continue
             sock.setblocking(False)
             self.conns[sock.fileno()] = conn
@@ -289,6 +312,7 @@ class Agent:
 
     def _close(self, conn: Conn) -> None:
         """Forget ``conn`` and close what it holds -- but not the socket of a running worker's."""
+        self.inflight.unqueue(conn)
         fd = conn.sock.fileno()
         if fd >= 0 and self.conns.get(fd) is conn:
             del self.conns[fd]

@@ -124,8 +124,10 @@ def outcome_of(status: int, killed: bool) -> tuple[int, str, str]:
     """(exit code for the log, outcome label, how it died) from a worker's wait status.
 
     Outcomes: "ok" and "error" (the shim has the plugin's answer), "undelivered" (the shim was gone),
-    "timeout" (the alarm fired, or the server had to kill it) and "crashed" (anything else; ``how``
-    says which signal or status).  The last two mean the server must answer in the worker's place.
+    "timeout" (the alarm fired, or the server had to kill it), "killed" (a SIGKILL the server did
+    not send: the OOM killer, an operator) and "crashed" (anything else; ``how`` says which signal
+    or status).  For "timeout" and "crashed" the server answers in the worker's place; for "killed"
+    it closes the connection and the shim runs the request cold.
     """
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) in (EXIT_OK, EXIT_CNI_ERROR):
         code = os.WEXITSTATUS(status)
@@ -134,6 +136,8 @@ def outcome_of(status: int, killed: bool) -> tuple[int, str, str]:
         return 1, "undelivered", ""
     if killed or (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM):
         return 1, "timeout", ""
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+        return 1, "killed", f"signal {int(signal.SIGKILL)}"
     how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"status {os.WEXITSTATUS(status)}"
     return 1, "crashed", how
 

@@ -44,6 +44,11 @@ class CniError(Exception):
         return f"{self.msg}; {self.details}" if self.details else self.msg
 
 
+# host-local's refusal of a second address for the same attachment (the reference's words): owned
+# here because bridge reads it -- an ADD that finds it was killed half way after its IPAM reserved.
+DUPLICATE_ALLOCATION = "duplicate allocation is not allowed"
+
+
 def plugin_error(msg: str, details: str = "") -> CniError:
     """A plain plugin failure: the reference plugins report these as code 999."""
     return CniError(Code.INTERNAL, msg, details)

@@ -34,9 +34,10 @@ Wire protocol, version 1.  Every message is a 12-byte header -- magic ``CNIA``, 
 Semantics when the agent disappears: before GO nothing ran, so falling back is exact.  After GO
 the worker process that does the work holds the connection itself and answers even if the agent
 is killed; only when the worker dies too does the shim see end-of-stream, and then it runs the
-request cold.  For DEL, CHECK, GC and STATUS this is a plain retry (they are idempotent).  For ADD
-it is what a runtime's retry of a failed ADD does: the plugin may find its own half-made state and
-fail with its usual error, after which the runtime cleans up with DEL.
+request cold (the agent also closes a connection whose worker the kernel's OOM killer took, to
+the same effect).  For DEL, CHECK, GC and STATUS this is a plain retry (they are idempotent).  For
+ADD the plugins pick up or undo the half-made state of their own killed run (docs/agent.md, "A
+killed worker never fails a pod"), so the cold run succeeds, or fails with the kernel's reason.
 """
 
 import posix

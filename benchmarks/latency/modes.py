@@ -144,7 +144,22 @@ def start_warm_agent(bench: Bench, mode: Mode) -> None:
     from cnichain import agent
 
     socket_path = os.path.join(mode.workdir, "agent.sock")
-    ctx = agent.running_agent(socket_path, netns=mode.node)
-    ctx.__enter__()
+    preexec = None
+    o = bench.o
+    if o.agent_memory_limit and os.path.isdir("/sys/fs/cgroup"):
+        from cnichain.tools.memcg import MemCgroup
+
+        cg = MemCgroup(o.agent_memory_limit << 20, cpus=o.agent_cpus or None)
+        bench.cleanup.append(cg)  # exited after the agent (cleanup runs in reverse)
+        bench.agent_cgroup = cg
+        preexec = cg.join
+        bench.notes.append(f"warm: the agent runs in a {o.agent_memory_limit} MiB memory cgroup"
+                           + (f" with a {o.agent_cpus:g}-CPU quota" if o.agent_cpus else ""))
+    ctx = agent.running_agent(socket_path, netns=mode.node, preexec=preexec)
+    bench.agent = ctx.__enter__()
+    bench.agent_pool = agent.AgentConfig().pool_size
     bench.cleanup.append(ctx)
     mode.runtime.extra_env["CNICHAIN_AGENT_SOCKET"] = socket_path
+    from cnichain.benchmarks.latency.storm import read_idle
+
+    read_idle(bench)

@@ -16,7 +16,7 @@ DEFAULT_REFERENCE_DIR = "/usr/lib/cni"
 DEFAULT_CONFLIST = "cnichain-default.conflist"
 MODES = ("cold", "warm", "reference")
 OURS_MODES = ("cold", "warm")
-PHASES = ("floor", "chain", "status", "parallel", "growth", "pods")
+PHASES = ("floor", "chain", "status", "parallel", "storm", "growth", "pods")
 # portmap's "backend" key (reference 1.6.0 and later) and the suffix of the mode that runs it.
 PORTMAP_BACKENDS = {"iptables": "iptables", "nftables": "nft"}
 SINGLE_REFERENCE = "reference"  # the mode name of --reference-dir, the single-reference shorthand
@@ -46,6 +46,9 @@ class Options:
     references: tuple[tuple[str, str], ...] = ()
     # portmap backends to run each reference with that has the "backend" key (empty: its default)
     reference_portmap_backends: tuple[str, ...] = ()
+    storm: tuple[int, ...] = (32, 64)  # pods' chains at once in the storm phase
+    agent_memory_limit: int = 512  # MiB: the warm agent's memory cgroup (the DaemonSet's limit; 0: none)
+    agent_cpus: float = 2.0  # the warm agent's CPU quota (the DaemonSet's limit; 0: none)
     pods_e2e: int = 10  # pods through containerd's CRI in the pods phase
     containerd_dir: str = "debian:sid"  # containerd 2.x binaries (containerd, its runc shim), or debian:SUITE
 
@@ -59,6 +62,12 @@ def parse_args(argv: Optional[list[str]] = None) -> Options:
     p.add_argument("--pods", type=int, default=Options.pods, help="pods through the whole chain, one after another")
     p.add_argument("--parallel", type=int, default=Options.parallel, help="pods per parallel batch (0 = skip)")
     p.add_argument("--parallel-rounds", type=int, default=Options.parallel_rounds)
+    p.add_argument("--storm", default="32,64", metavar="LIST",
+                   help="pods' chains at once in the storm phase, comma-separated ('' = skip)")
+    p.add_argument("--agent-memory-limit", type=int, default=Options.agent_memory_limit, metavar="MiB",
+                   help="run the warm mode's agent in a memory cgroup of this size, as the DaemonSet limits it (0 = none)")
+    p.add_argument("--agent-cpus", type=float, default=Options.agent_cpus, metavar="N",
+                   help="... with a CPU quota of N CPUs, the DaemonSet's limit (0 = none)")
     p.add_argument("--growth", default="0,100,1000", help="pods present for the growth phase, comma-separated ('' = skip)")
     p.add_argument("--growth-samples", type=int, default=Options.growth_samples)
     p.add_argument("--floor-samples", type=int, default=Options.floor_samples)
@@ -90,7 +99,8 @@ def parse_args(argv: Optional[list[str]] = None) -> Options:
                         a.reference_dir, a.conflist, a.output_dir, a.phases, not a.no_fallback, not a.no_chart, a.quiet,
                         status_sweeps=a.status_sweeps, references=a.reference,
                         reference_portmap_backends=a.reference_portmap_backends, pods_e2e=a.pods_e2e,
-                        containerd_dir=a.containerd_dir)
+                        containerd_dir=a.containerd_dir, storm=a.storm, agent_memory_limit=a.agent_memory_limit,
+                        agent_cpus=a.agent_cpus)
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -101,7 +111,9 @@ def options_from(pods: int, parallel: int, parallel_rounds: int, growth: str, gr
                  modes: str, reference_dir: str, conflist: str, output_dir: str, phases: str, fallback: bool,
                  chart: bool, quiet: bool, status_sweeps: int = Options.status_sweeps,
                  references: Optional[list[str]] = None, reference_portmap_backends: str = "",
-                 pods_e2e: int = Options.pods_e2e, containerd_dir: str = Options.containerd_dir) -> Options:
+                 pods_e2e: int = Options.pods_e2e, containerd_dir: str = Options.containerd_dir,
+                 storm: str = "32,64", agent_memory_limit: int = Options.agent_memory_limit,
+                 agent_cpus: float = Options.agent_cpus) -> Options:
     """Validated :class:`Options` from command-line values; ValueError says what is wrong.
 
     A phase with nothing to do (``parallel`` 0, no growth levels) is dropped rather than refused.
@@ -119,6 +131,11 @@ def options_from(pods: int, parallel: int, parallel_rounds: int, growth: str, gr
         phase_list = tuple(x for x in phase_list if x != "parallel")
     if not levels:
         phase_list = tuple(x for x in phase_list if x != "growth")
+    widths = tuple(int(x) for x in storm.split(",") if x.strip())
+    if not widths:
+        phase_list = tuple(x for x in phase_list if x != "storm")
+    if any(w < 1 for w in widths):
+        raise ValueError("--storm widths must be at least 1")
     if status_sweeps <= 0:
         phase_list = tuple(x for x in phase_list if x != "status")
     if pods_e2e <= 0:
@@ -136,7 +153,8 @@ def options_from(pods: int, parallel: int, parallel_rounds: int, growth: str, gr
                    reference_dir=reference_dir, conflist=conflist, output_dir=output_dir, phases=phase_list,
                    fallback=fallback, chart=chart, quiet=quiet, references=refs,
                    reference_portmap_backends=tuple(dict.fromkeys(backends)), pods_e2e=max(0, pods_e2e),
-                   containerd_dir=containerd_dir)
+                   containerd_dir=containerd_dir, storm=widths, agent_memory_limit=max(0, agent_memory_limit),
+                   agent_cpus=max(0.0, agent_cpus))
 
 
 def parse_references(specs: list[str]) -> tuple[tuple[str, str], ...]:

@@ -133,6 +133,27 @@ def render_table(out: dict) -> str:
         for c in ("ADD", "DEL"):
             row(f"{c} x{out.get('parallel_pods')}", {m: par.get(m, {}).get(c) for m in cols},
                 {k: v.get(c) for k, v in par.get("ratios", {}).items()})
+    storm = out.get("storm", {})
+    for at_once, cells in sorted(storm.items(), key=lambda kv: int(kv[0])):
+        if not any(m in cells for m in cols):
+            continue
+        header(f"{at_once} pods' chains at once: wall time per batch (ms)", "batch")
+        for c in ("ADD", "DEL"):
+            row(f"{c} x{at_once}", {m: cells.get(m, {}).get(c) for m in cols},
+                {k: v.get(c) for k, v in cells.get("ratios", {}).items()})
+        for c, view in sorted(cells.get("agent", {}).items()):
+            lines.append(f"  warm agent during {c}: cgroup peak {view.get('peak_mib', 0):.0f} of "
+                         f"{view.get('limit_mib', 0):.0f} MiB, OOM kills {view.get('oom_kills')}, "
+                         f"queue peak {view.get('queue_peak', 0):.0f}, waited {view.get('queued_total', 0):.0f} "
+                         f"(total), workers at most {view.get('capacity', 0):.0f}, "
+                         f"pool {view.get('pool_memory_mib', 0):.0f} MiB")
+        for m in cols:
+            if cells.get(m, {}).get("failed"):
+                lines.append(f"  {label(m)}: failed pods per batch {cells[m]['failed']} (see errors)")
+    idle = out.get("agent_idle", {})
+    if idle:
+        lines.append(f"  warm agent idle: cgroup {idle.get('usage_mib', 0):.1f} MiB, "
+                     f"pool {idle.get('pool_memory_mib', 0):.1f} MiB")
     g = out.get("growth", {})
     if g:
         header("growth: latency with N other pods present (ms)", "plugin command @pods")
@@ -155,7 +176,9 @@ def render_table(out: dict) -> str:
         lines.append("")
         lines.append("targets")
         for t in out["targets"]:
-            lines.append(f"  {t['target']:<80} {_x(t['value']):>8}  (<= {t['limit']}x)  {verdict(t['met'])}")
+            unit = t.get("unit", "x")
+            value = _x(t["value"]) if unit == "x" else ("-" if t["value"] is None else f"{t['value']:.4g}{unit}")
+            lines.append(f"  {t['target']:<80} {value:>8}  (<= {t['limit']}{unit})  {verdict(t['met'])}")
     for n in out.get("notes", []):
         lines.append(f"note: {n}")
     if out.get("errors"):

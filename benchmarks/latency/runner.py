@@ -17,13 +17,14 @@ from cnichain.benchmarks.latency.pods import run_pods
 from cnichain.benchmarks.latency.render import render_table
 from cnichain.benchmarks.latency.session import Bench
 from cnichain.benchmarks.latency.status import run_status
+from cnichain.benchmarks.latency.storm import run_storm
 from cnichain.benchmarks.latency.summary import summarize
 from cnichain.tools.lab import Lab
 
 # The phases run in this order, whatever order --phases names them in.
 PHASE_RUNNERS: tuple[tuple[str, Callable[[Bench], None]], ...] = (
     ("floor", run_floor), ("chain", run_chain), ("status", run_status), ("parallel", run_parallel),
-    ("growth", run_growth), ("pods", run_pods),
+    ("storm", run_storm), ("growth", run_growth), ("pods", run_pods),
 )
 
 

@@ -74,6 +74,11 @@ class Bench:
         self.samples: list[Sample] = []
         self.notes: list[str] = []
         self.parallel: list[dict] = []
+        self.storm: list[dict] = []  # one row per storm batch (bench.storm)
+        self.agent_cgroup: Any = None  # the warm agent's memory cgroup (tools/memcg.py), when limited
+        self.agent: Any = None  # the warm agent (agent.RunningAgent)
+        self.agent_pool = 0  # its --pool
+        self.agent_idle: dict = {}  # its cgroup and metrics once its pool was warm
         self.chain_totals: list[dict] = []
         self.status_sweeps: list[dict] = []  # one row per STATUS sweep of a mode's chain (bench.status)
         self.errors: list[dict] = []

@@ -21,6 +21,11 @@ WARM_PLUGIN_LIMIT = 1.0
 WARM_VERSION_LIMIT = 1.5
 WARM_PARALLEL_LIMITS = {"ADD": 0.75, "DEL": 0.5}
 WARM_STATUS_LIMIT = 1.0
+# warm, N pods' chains at once with the agent under the shipped limits: batch wall time against the
+# reference, the agent's cgroup peak as a share of its limit, OOM kills, and the idle footprint.
+WARM_STORM_LIMITS = {"ADD": 0.6, "DEL": 0.5}
+STORM_PEAK_SHARE = 0.5
+IDLE_LIMIT_MIB = 48.0
 
 
 def ratio(ours: Optional[float], ref: Optional[float]) -> Optional[float]:
@@ -127,10 +132,36 @@ def warm_targets(out: dict, ref: str = "reference") -> list[dict]:
         if c in par.get("warm", {}) and c in par.get(ref, {}):
             add(f"warm {out.get('parallel_pods')} pods in parallel {c}: warm/reference",
                 median_ratio(par["warm"][c], par[ref][c]), limit)
+    for width, cells in sorted(out.get("storm", {}).items(), key=lambda kv: int(kv[0])):
+        for c, limit in WARM_STORM_LIMITS.items():
+            if c in cells.get("warm", {}) and c in cells.get(ref, {}):
+                add(f"warm {width} pods at once {c}: warm/reference",
+                    median_ratio(cells["warm"][c], cells[ref][c]), limit)
     status = out.get("status", {})
     if "warm" in status and ref in status:
         add("warm STATUS sweep median (like for like): warm/reference",
             median_ratio(status["warm"]["like_for_like"], status[ref]["sweep"]), WARM_STATUS_LIMIT)
+    return rows
+
+
+def agent_targets(out: dict) -> list[dict]:
+    """The warm agent's own bounds (no reference involved): in each storm batch no OOM kill and a
+    cgroup peak within :data:`STORM_PEAK_SHARE` of its limit; idle at most :data:`IDLE_LIMIT_MIB`."""
+    rows: list[dict] = []
+
+    def add(name: str, value: Optional[float], limit: float, unit: str) -> None:
+        rows.append({"target": name, "value": value, "limit": limit, "unit": unit, "reference": None,
+                     "met": None if value is None else value <= limit})
+
+    for width, cells in sorted(out.get("storm", {}).items(), key=lambda kv: int(kv[0])):
+        for c, view in sorted(cells.get("agent", {}).items()):
+            if view.get("limit_mib"):
+                add(f"warm agent {width} pods at once {c}: cgroup peak / limit", view["peak_mib"] / view["limit_mib"],
+                    STORM_PEAK_SHARE, "x")
+            add(f"warm agent {width} pods at once {c}: OOM kills", view.get("oom_kills"), 0, "")
+    idle = out.get("agent_idle", {})
+    if idle.get("usage_mib") is not None:
+        add("warm agent idle after start: cgroup MiB", idle["usage_mib"], IDLE_LIMIT_MIB, "MiB")
     return rows
 
 

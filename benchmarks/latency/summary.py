@@ -18,7 +18,7 @@ import platform
 import time
 from typing import Any, Callable, Optional
 
-from cnichain.benchmarks.latency.stats import median_ratio, targets
+from cnichain.benchmarks.latency.stats import agent_targets, median_ratio, targets
 from cnichain.benchmarks.measure import stats
 
 SCHEMA = "cnichain-bench/2"
@@ -105,9 +105,12 @@ def summarize(bench: Any, elapsed: float) -> dict:
     out["status"] = _status(getattr(bench, "status_sweeps", []), pairs, ref_types)
     out["parallel"] = _parallel(bench, pairs)
     out["parallel_pods"] = bench.o.parallel
+    out["storm"] = _storm(getattr(bench, "storm", []), pairs)
+    out["agent_idle"] = dict(getattr(bench, "agent_idle", {}) or {})
     out["growth"] = _growth(samples, impl_of, pairs)
     out["pods"] = _pods(getattr(bench, "pod_rows", []), pairs, getattr(bench, "pods_runtime", {}))
     out["targets"] = [row for ref in refs for row in targets(out, ours, ref, len(refs) > 1)] if refs else []
+    out["targets"] += agent_targets(out)
     return out
 
 
@@ -203,6 +206,24 @@ def _parallel(bench: Any, pairs: Pairs) -> dict:
             par.setdefault(row["mode"], {}).setdefault(row["command"], []).append(row["wall_seconds"])
     result: dict[str, dict] = {m: {c: stats(v) for c, v in cm.items()} for m, cm in par.items()}
     pairs.add(result, lambda o, r: {c: median_ratio(o.get(c, {}), r.get(c, {})) for c in ("ADD", "DEL")})
+    return result
+
+
+def _storm(rows: list[dict], pairs: Pairs) -> dict:
+    """width -> mode -> command -> the batch's wall time (a failed batch is left out, its count
+    kept), plus the warm agent's cgroup and queue per batch, and ours/reference ratios per pair."""
+    result: dict[str, dict] = {}
+    for row in rows:
+        cells = result.setdefault(str(row["pods"]), {})
+        cell = cells.setdefault(row["mode"], {})
+        if row["failed"]:
+            cell.setdefault("failed", {})[row["command"]] = row["failed"]
+        else:
+            cell[row["command"]] = stats([row["wall_seconds"]])
+        if row.get("agent"):
+            cells.setdefault("agent", {})[row["command"]] = row["agent"]
+    for cells in result.values():
+        pairs.add(cells, lambda o, r: {c: median_ratio(o.get(c, {}), r.get(c, {})) for c in ("ADD", "DEL")})
     return result
 
 

@@ -19,6 +19,8 @@ names; layout ``host`` is the reference's kernel layout).  Differences, all on p
 
 from __future__ import annotations
 
+import errno
+
 from cnichain.common import version as versions
 from cnichain.common.errors import CniError, plugin_error
 from cnichain.common.kernel_errors import KernelError
@@ -120,34 +122,57 @@ def cmd_add(req: Request) -> Result:
         if pod_link is None:
             raise plugin_error(f"container interface {req.ifname} has no veth peer: Link not found")
         veth, why = _find_host_veth(host, req, pod_link, prev)
-        layout = plan.choose_layout(cfg.layout, kernel.host_side(host, veth, why),
-                                    ingress is not None, egress is not None)
-        with Rollback() as undo:
-            if ingress is not None and layout.ingress == "host":
-                kernel.add_tbf(host, veth.index, ingress)
-                undo.push("tbf", kernel.delete_qdisc, host, veth.index, kernel.TBF_HANDLE, kernel.TC_H_ROOT)
-            elif ingress is not None:
-                ifb = _add_ifb(pod, undo, name, pod_link.mtu, ingress, _ifb_alias(req))
-                if kernel.add_clsact(pod, pod_link.index):
-                    undo.push("clsact", kernel.delete_qdisc, pod, pod_link.index, kernel.INGRESS_HANDLE,
-                              kernel.TC_H_INGRESS)
-                kernel.add_pod_redirect(pod, pod_link.index, ifb.index)
-                undo.push("redirect", kernel.delete_filters, pod, pod_link.index, kernel.CLSACT_INGRESS,
-                          kernel.FILTER_PRIO, "u32")
-                prev.interfaces.append(Interface(name=ifb.name, mac=ifb.mac, sandbox=req.netns))
-            if egress is not None and layout.egress == "host":
-                ifb = _add_ifb(host, undo, name, veth.mtu, egress, _ifb_alias(req))
-                # The redirect goes in last: no packet reaches the IFB before it is shaped.
-                kernel.add_ingress_qdisc(host, veth.index)
-                undo.push("ingress", kernel.delete_qdisc, host, veth.index, kernel.INGRESS_HANDLE, kernel.TC_H_INGRESS)
-                kernel.add_redirect(host, veth.index, ifb.index)
-                prev.interfaces.append(Interface(name=ifb.name, mac=ifb.mac))
-            elif egress is not None:
-                kernel.add_tbf(pod, pod_link.index, egress)
-                undo.push("tbf", kernel.delete_qdisc, pod, pod_link.index, kernel.TBF_HANDLE, kernel.TC_H_ROOT)
+        try:
+            layout = _shape(host, pod, req, cfg.layout, pod_link, veth, why, ingress, egress, prev)
+        except (KernelError, CniError) as exc:
+            if isinstance(exc, KernelError) and exc.errno != errno.EEXIST:
+                raise
+            # A link "in use" (file exists, or a forced layout's host veth held) may be held by
+            # this attachment's own shaping: an earlier ADD was killed before it answered and the
+            # shim runs the request again.  What its DEL would remove goes and the shaping is
+            # built again from scratch; when nothing of ours was there, the error stands.
+            removed = _remove_own_state(host, pod, req, prev, pod_link, name)
+            if not removed:
+                raise
+            log.info(f"redoing the shaping: removed {', '.join(removed)} an earlier ADD left")
+            prev.interfaces = [i for i in prev.interfaces if i.name != name]
+            layout = _shape(host, pod, req, cfg.layout, pod_link, veth, why, ingress, egress, prev)
     where = f"{veth.name}/{req.ifname}" if veth is not None else req.ifname
     log.info(f"shaped {where} (layout {layout.name}): ingress={cfg.ingress} egress={cfg.egress} ({cfg.source})")
     return prev
+
+
+def _shape(host: Any, pod: Any, req: Request, wanted: str, pod_link: Any, veth: Any, why: str,
+           ingress: Optional[plan.TbfParams], egress: Optional[plan.TbfParams], prev: Result) -> plan.Layout:
+    """Build the layout ``wanted`` resolves to for this pod, all or nothing; returns it."""
+    from . import kernel
+
+    name = ifb_name(req.network_name, req.container_id)
+    layout = plan.choose_layout(wanted, kernel.host_side(host, veth, why), ingress is not None, egress is not None)
+    with Rollback() as undo:
+        if ingress is not None and layout.ingress == "host":
+            kernel.add_tbf(host, veth.index, ingress)
+            undo.push("tbf", kernel.delete_qdisc, host, veth.index, kernel.TBF_HANDLE, kernel.TC_H_ROOT)
+        elif ingress is not None:
+            ifb = _add_ifb(pod, undo, name, pod_link.mtu, ingress, _ifb_alias(req))
+            if kernel.add_clsact(pod, pod_link.index):
+                undo.push("clsact", kernel.delete_qdisc, pod, pod_link.index, kernel.INGRESS_HANDLE,
+                          kernel.TC_H_INGRESS)
+            kernel.add_pod_redirect(pod, pod_link.index, ifb.index)
+            undo.push("redirect", kernel.delete_filters, pod, pod_link.index, kernel.CLSACT_INGRESS,
+                      kernel.FILTER_PRIO, "u32")
+            prev.interfaces.append(Interface(name=ifb.name, mac=ifb.mac, sandbox=req.netns))
+        if egress is not None and layout.egress == "host":
+            ifb = _add_ifb(host, undo, name, veth.mtu, egress, _ifb_alias(req))
+            # The redirect goes in last: no packet reaches the IFB before it is shaped.
+            kernel.add_ingress_qdisc(host, veth.index)
+            undo.push("ingress", kernel.delete_qdisc, host, veth.index, kernel.INGRESS_HANDLE, kernel.TC_H_INGRESS)
+            kernel.add_redirect(host, veth.index, ifb.index)
+            prev.interfaces.append(Interface(name=ifb.name, mac=ifb.mac))
+        elif egress is not None:
+            kernel.add_tbf(pod, pod_link.index, egress)
+            undo.push("tbf", kernel.delete_qdisc, pod, pod_link.index, kernel.TBF_HANDLE, kernel.TC_H_ROOT)
+    return layout
 
 
 def _add_ifb(ns: Any, undo: Rollback, name: str, mtu: int, params: plan.TbfParams, alias: str) -> Any:
@@ -182,29 +207,50 @@ def cmd_del(req: Request) -> None:
         pod = _pod_socket(req)
         try:
             pod_link = kernel.get_link(pod, name=req.ifname) if pod is not None else None
-            ifb = kernel.get_link(host, name=name)
-            veths = _veths_for_del(host, req, prev, pod_link)
-            if not veths and ifb is not None:
-                veths = kernel.veths_redirecting_to(host, ifb.index)
-            removed = []
-            for veth in veths:
-                removed += kernel.remove_shaping(host, veth, ifb.index if ifb else None)
-            if ifb is not None:
-                kernel.delete_link(host, ifb.index)
-                removed.append(name)
-            if pod_link is not None:
-                removed += kernel.remove_pod_shaping(pod, pod_link, name)
-            elif pod is not None:  # the interface is gone, the namespace is not: an IFB of ours may be
-                stray = kernel.get_link(pod, name=name)
-                if stray is not None and stray.kind == "ifb":
-                    kernel.delete_link(pod, stray.index)
-                    removed.append(f"{name} in the pod")
+            removed = _remove_own_state(host, pod, req, prev, pod_link, name)
             if removed:
                 log.info(f"removed {', '.join(removed)}")
         finally:
             if pod is not None:
                 pod.close()
     return None
+
+
+def _remove_own_state(host: Any, pod: Any, req: Request, prev: Optional[Result], pod_link: Any,
+                      name: str) -> list[str]:
+    """Remove what any layout of ours (and the reference's) made for this attachment; what went.
+
+    DEL's work, and a repeated ADD's first step when a killed ADD left its shaping behind.  Only
+    our handles, our filter and the IFB named for this attachment: another tool's state stays.
+    """
+    from . import kernel
+
+    ifb = kernel.get_link(host, name=name)
+    if ifb is not None and ifb.kind != "ifb":
+        ifb = None  # a link of another kind under our IFB's name is not ours
+    veths = _veths_for_del(host, req, prev, pod_link)
+    if not veths and ifb is not None:
+        veths = kernel.veths_redirecting_to(host, ifb.index)
+    removed = []
+    for veth in veths:
+        removed += kernel.remove_shaping(host, veth, ifb.index if ifb else None)
+        if (ifb is not None and kernel.has_ingress_qdisc(host, veth.index)
+                and not kernel.redirect_targets(host, veth.index)):
+            # An ingress qdisc still without its redirect next to our IFB: a killed ADD's, added
+            # just before the redirect (one there without our IFB is someone else's, and stays).
+            if kernel.delete_qdisc(host, veth.index, kernel.INGRESS_HANDLE, kernel.TC_H_INGRESS):
+                removed.append(f"ingress qdisc on {veth.name}")
+    if ifb is not None:
+        kernel.delete_link(host, ifb.index)
+        removed.append(name)
+    if pod_link is not None:
+        removed += kernel.remove_pod_shaping(pod, pod_link, name)
+    elif pod is not None:  # the interface is gone, the namespace is not: an IFB of ours may be
+        stray = kernel.get_link(pod, name=name)
+        if stray is not None and stray.kind == "ifb":
+            kernel.delete_link(pod, stray.index)
+            removed.append(f"{name} in the pod")
+    return removed
 
 
 def _pod_socket(req: Request) -> Any:

@@ -117,12 +117,18 @@ def delete_link(ipr: Any, index: int) -> None:
 
 # -- veth pair -------------------------------------------------------------------------------------
 
-def create_veth(host: Any, pod: Any, pod_fd: int, cfg: BridgeConfig, ifname: str) -> tuple[str, int]:
-    """Create the pair from the host with the container end born in the pod; (host name, index).
+def create_veth(host: Any, pod: Any, pod_fd: int, cfg: BridgeConfig, ifname: str,
+                bridge_index: int) -> tuple[str, int, bool]:
+    """Create the pair from the host with the container end born in the pod; (host name, index,
+    whether a pair of ours was in the way and removed first).
 
     A container name that is taken fails the create with EEXIST, which is then told apart from a
-    host name clash by one lookup in the pod: no lookup up front on the common path.
+    host name clash by one lookup in the pod: no lookup up front on the common path.  When what
+    holds the name is a pair this plugin made (:func:`own_leftover`) -- an earlier ADD of this
+    attachment whose process was killed before it finished or answered -- it is removed and the
+    create tried again; anything else keeps the reference's error.
     """
+    reclaimed = False
     for _ in range(VETH_NAME_TRIES):
         name = "veth" + os.urandom(4).hex()  # what secrets.token_hex does, without its imports
         try:
@@ -130,17 +136,46 @@ def create_veth(host: Any, pod: Any, pod_fd: int, cfg: BridgeConfig, ifname: str
                               wire.new_veth(name, ifname, pod_fd, cfg.mtu, cfg.mac))
         except failures() as exc:
             if errno_of(exc) == errno.EEXIST:
-                if netlink.link_index(pod, ifname) is not None:
-                    raise plugin_error(
-                        f'container veth name ("{ifname}") peer provided ("{name}") already exists'
-                    ) from None
-                continue  # host name clash: draw another one
+                taken = get_link(pod, ifname)
+                if taken is not None:
+                    leftover = None if reclaimed else own_leftover(host, taken, bridge_index)
+                    if leftover is None:
+                        raise plugin_error(
+                            f'container veth name ("{ifname}") peer provided ("{name}") already exists'
+                        ) from None
+                    delete_link(host, leftover)  # takes the pod end with it
+                    reclaimed = True
+                continue  # host name clash (or our leftover gone): draw another one
             raise KernelError.of(exc, "failed to make veth pair") from None
         index = netlink.link_index(host, name)
         if index is None:
             raise plugin_error(f"failed to make veth pair: {name} vanished after creation")
-        return name, index
+        return name, index, reclaimed
     raise plugin_error("failed to make veth pair: no free host interface name after 10 tries")
+
+
+def own_leftover(host: Any, pod_link: Link, bridge_index: int) -> Optional[int]:
+    """The host index of the pair ``pod_link`` belongs to when this plugin made it, else None.
+
+    Ours means: a veth whose peer is in the host namespace (the peer, looked up here by the pod
+    end's IFLA_LINK, is a veth pointing back at the pod end's index), named as
+    :func:`create_veth` names it, and enslaved to this network's bridge or to nothing yet (a
+    create the killed process never got to attach).  A veth someone else put in the pod, or one
+    whose peer stayed in the pod, fails these checks.
+    """
+    if pod_link.kind != "veth" or not pod_link.peer:
+        return None
+    peer = get_link_by_index(host, pod_link.peer)
+    if peer is None or peer.kind != "veth" or peer.peer != pod_link.index:
+        return None
+    if not _our_veth_name(peer.name) or peer.master not in (0, bridge_index):
+        return None
+    return peer.index
+
+
+def _our_veth_name(name: str) -> bool:
+    """``veth`` and 8 lower-case hex digits: what :func:`create_veth` draws."""
+    return len(name) == 12 and name.startswith("veth") and all(c in "0123456789abcdef" for c in name[4:])
 
 
 def attach_host_end(ipr: Any, name: str, index: int, bridge_index: int, cfg: BridgeConfig) -> None:

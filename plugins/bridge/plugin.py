@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from cnichain.common import netns
-from cnichain.common.errors import CniError
+from cnichain.common.errors import DUPLICATE_ALLOCATION, CniError
 from cnichain.common.invoke import delegate_ipam
 from cnichain.common.log import log
 from cnichain.common.rollback import Rollback
@@ -24,7 +24,7 @@ from .config import add_refusals, load
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec
-    from typing import Any
+    from typing import Any, Optional
 
     from .config import BridgeConfig
 
@@ -60,7 +60,11 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
     bridge_index = bridge.index
     if created:
         undo.push("remove new bridge", kernel.delete_bridge_if_unused, host, bridge_index)
-    veth_name, veth_index = kernel.create_veth(host, pod, pod_fd, cfg, req.ifname)
+    veth_name, veth_index, reclaimed = kernel.create_veth(host, pod, pod_fd, cfg, req.ifname, bridge_index)
+    if reclaimed:
+        # An earlier ADD of this attachment was killed half way (its veth pair was in the way):
+        # release what else it may have taken before making it again, as its DEL would.
+        _release_leftovers(req, cfg)
     undo.push("delete veth", kernel.delete_link, host, veth_index)
     kernel.attach_host_end(host, veth_name, veth_index, bridge_index, cfg)
 
@@ -80,8 +84,10 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
     bridge_mac = ""  # known without a lookup once the gateway step pinned it
     vlan_interface = None  # the <bridge>.<vlan> gateway device, reported after the pod's (as the reference)
     if cfg.is_layer3:
-        ipam = delegate_ipam(req, "ADD")
+        # The release is registered first: an IPAM ADD killed after it reserved, or one that
+        # fails after writing, leaves nothing either (its DEL is idempotent).
         undo.push("release IPAM", delegate_ipam, req, "DEL")
+        ipam = _ipam_add(req)
         assert ipam is not None
         plan = plan_l3(ipam, cfg)
         kernel.pod_sysctls(req.netns, req.ifname, cfg, plan)
@@ -119,6 +125,34 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
     if vlan_interface is not None:
         result.interfaces.append(vlan_interface)
     return result
+
+
+def _ipam_add(req: Request) -> Optional[Result]:
+    """The IPAM delegate's ADD; when it says this attachment holds an address already -- its own
+    ADD was killed after reserving, and the shim ran it again -- released and asked once more.
+    Nobody was told that address: the ADD that took it never answered."""
+    try:
+        return delegate_ipam(req, "ADD")
+    except CniError as exc:
+        if DUPLICATE_ALLOCATION not in exc.msg:
+            raise
+    log.info("IPAM holds an address of an ADD of this attachment that never finished: released, asking again")
+    delegate_ipam(req, "DEL")
+    return delegate_ipam(req, "ADD")
+
+
+def _release_leftovers(req: Request, cfg: BridgeConfig) -> None:
+    """What a killed ADD of this attachment may hold besides its veth pair: its firewall rules
+    (found by owner tag) and its IPAM reservation."""
+    if cfg.ip_masq or cfg.macspoofchk:
+        from . import firewall
+
+        if cfg.ip_masq:
+            firewall.remove_masquerade(cfg.network, req.container_id, req.ifname)
+        if cfg.macspoofchk:
+            firewall.remove_spoof_check(cfg.network, req.container_id, req.ifname)
+    if cfg.is_layer3:
+        delegate_ipam(req, "DEL")
 
 
 def cmd_del(req: Request) -> None:

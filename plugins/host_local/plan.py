@@ -7,7 +7,7 @@ files.  The caller holds the store lock around :func:`allocate`.
 
 from __future__ import annotations
 
-from cnichain.common.errors import CniError, plugin_error
+from cnichain.common.errors import DUPLICATE_ALLOCATION, CniError, plugin_error
 from cnichain.common.goip import canonical
 from cnichain.common.kernel_errors import KernelError
 from cnichain.common.record import FrozenRecord
@@ -119,7 +119,7 @@ def allocate_one(
     for held in store.get_by_id(container_id, ifname):
         if rangeset.contains(held):
             raise plugin_error(
-                f"{held} has been allocated to {container_id}, duplicate allocation is not allowed"
+                f"{held} has been allocated to {container_id}, {DUPLICATE_ALLOCATION}"
             )
     for ip, r in iterate(rangeset, store.last_reserved_ip(range_id)):
         if store.reserve(container_id, ifname, ip, range_id):

@@ -63,8 +63,8 @@ class Setup:
             os.chmod(self.native_probe, 0o755)
         self.record = os.path.join(root, "record.jsonl")
 
-    def agent(self, *args: str):
-        return running_agent(self.sock, args=("--plugin", PROBE, *args), env=AGENT_ENV)
+    def agent(self, *args: str, preexec=None):
+        return running_agent(self.sock, args=("--plugin", PROBE, *args), env=AGENT_ENV, preexec=preexec)
 
     def records(self) -> list[dict]:
         try:

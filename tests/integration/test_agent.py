@@ -374,11 +374,9 @@ def test_many_short_requests_keep_the_agent_up(setup):
 
 
 def _pool_ready(agent, n: int) -> None:
-    """Wait until ``n`` pooled workers exist (children of the agent that are not serving)."""
-    def children() -> list[int]:
-        with open(f"/proc/{agent.pid}/task/{agent.pid}/children") as fh:
-            return [int(x) for x in fh.read().split()]
-    wait_for(lambda: len(children()) >= n)
+    """Wait until ``n`` pooled workers are warm and idle, by the agent's own gauge (its children
+    include the reconciler, and a worker still warming at SCHED_IDLE can be slow on a busy node)."""
+    wait_for(lambda: f'cnichain_agent_workers{{state="idle"}} {n}' in agent.metrics(), timeout=120)
 
 
 def test_pooled_workers_serve_many_requests_each_in_its_callers_namespace(setup, lab):

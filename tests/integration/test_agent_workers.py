@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import time
 
 import pytest
 
@@ -55,21 +54,11 @@ def _scrub(data: bytes) -> bytes:
 
 
 def _ready_workers(agent, n: int) -> None:
-    """Wait until the agent has ``n`` workers done warming (back from SCHED_IDLE, about to say
-    "ready"), so a test's first request finds one instead of forking its own."""
-    def warm() -> int:
-        with open(f"/proc/{agent.pid}/task/{agent.pid}/children") as fh:
-            pids = fh.read().split()
-        policies = []
-        for pid in pids:
-            try:
-                with open(f"/proc/{pid}/stat") as fh:
-                    policies.append(int(fh.read().rsplit(")", 1)[1].split()[38]))
-            except (OSError, IndexError, ValueError):
-                pass
-        return policies.count(0)
-    wait_for(lambda: warm() >= n)
-    time.sleep(0.2)  # its "ready" reaches the agent's loop
+    """Wait until the agent has ``n`` workers done warming and idle, so a test's first request
+    finds one instead of forking its own.  The agent's own gauge says so: counting its children
+    would count the reconciler too, and a worker still warming at SCHED_IDLE on a loaded machine
+    can take far longer than a fixed wait."""
+    wait_for(lambda: f'cnichain_agent_workers{{state="idle"}} {n}' in agent.metrics(), timeout=120)
 
 
 def _workers_of(log_path: str) -> list[str]:
@@ -267,6 +256,7 @@ def test_parallel_requests_beyond_the_idle_workers_get_new_ones_at_once_and_they
             procs = [start(setup.warm, "probe", "ADD", probe_conf(setup, sleep=0.5), CNI_CONTAINERID=f"b{batch}x{i}")
                      for i in range(5)]
             assert [finish(p)[0] for p in procs] == [0] * 5
+            settled(agent)  # each worker reports DONE just after its shim has the answer
         wait_for(lambda: len(_workers_of(agent.log_path)) == 10)
         workers = _workers_of(agent.log_path)
         text = agent.metrics()

@@ -314,18 +314,25 @@ def test_failed_add_rolls_back_halfway(lab, make_runtime, plugin_dir, reference_
     assert_unshaped(lab, veth)
 
 
-def test_second_add_fails_and_keeps_the_first(lab, make_runtime, plugin_dir, reference_dir, chained_version):
+def test_second_add_redoes_the_shaping(lab, make_runtime, plugin_dir, reference_dir, chained_version):
+    """ADD again over this attachment's own shaping -- what the shim does when a worker was killed
+    after shaping and before answering -- redoes it (the reference fails with "create qdisc: file
+    exists"): one TBF, one IFB with its redirect, and CHECK and DEL pass as after one ADD."""
     rt = runtime(make_runtime, plugin_dir, reference_dir)
     conf = chain(lab, chained_version)
     pod, att, result = add_pod(lab, rt, conf)
     prev = rt.cached("bwtest", att)["result"]
+    prev["interfaces"] = [i for i in prev["interfaces"] if not i["name"].startswith(IFB_PREFIX)]  # its input
+    first_ifb = link(lab, ifb_name("bwtest", "ctr1"))
     code, out = exec_bw(lab, plugin_dir, "ADD", bw_conf(chained_version, prev=prev, **LIMITS), netns=pod)
-    assert code == 1
-    assert_cni_error(out, 999, 'layout host: ', prefix=True)
-    # The rollback removed only what the failed call made: the first ADD's shaping is intact.
+    assert code == 0 and out is not None, out
+    again = link(lab, ifb_name("bwtest", "ctr1"))
+    assert again is not None and first_ifb is not None and again["ifindex"] != first_ifb["ifindex"]  # made again
+    assert [i["name"] for i in out["interfaces"]].count(ifb_name("bwtest", "ctr1")) == 1
     check_as_runtime(rt, conf, att)
-    assert root_tbf(lab, host_veth(result)) is not None and link(lab, ifb_name("bwtest", "ctr1")) is not None
+    assert root_tbf(lab, host_veth(result)) is not None
     rt.delete(conf, att)
+    assert link(lab, ifb_name("bwtest", "ctr1")) is None  # the pod (and its veth) are gone too
 
 
 def test_host_layout_on_non_veth_interface_fails(lab, make_runtime, plugin_dir, reference_dir, chained_version):

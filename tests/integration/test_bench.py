@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 
 
 def _tiny(tmp_path, reference_dir: str, **kw) -> bench.Options:
-    base = dict(pods=2, parallel=2, parallel_rounds=1, growth=(0, 3), growth_samples=1, floor_samples=2, status_sweeps=2,
+    base = dict(pods=2, parallel=2, parallel_rounds=1, storm=(3,), growth=(0, 3), growth_samples=1, floor_samples=2, status_sweeps=2,
                 modes=("cold", "reference"), reference_dir=reference_dir, output_dir=str(tmp_path / "out"),
                 quiet=True, phases=tuple(p for p in bench.PHASES if p != "pods"))
     base.update(kw)
@@ -39,6 +39,7 @@ def test_tiny_bench_side_by_side(tmp_path, reference_dir):
             assert out["chain_totals"][mode]["all"][command]["n"] == 2
         assert out["chain_totals"]["ratio"][command] > 0
         assert out["parallel"]["cold"][command]["n"] == 1
+        assert out["storm"]["3"]["cold"][command]["n"] == 1 and out["storm"]["3"]["ratios"]["cold/reference"][command] > 0
         for plugin in ("host-local", "portmap"):
             levels = out["growth"][plugin][command]
             assert set(levels) == {"0", "3"}
@@ -128,6 +129,25 @@ def test_warm_mode_is_reported_when_the_agent_is_missing(tmp_path, reference_dir
         assert any(n.startswith("warm skipped") for n in out["notes"])
     else:
         assert "warm" in out["modes"]
+
+
+def test_storm_reports_the_warm_agents_cgroup_and_queue(tmp_path, reference_dir):
+    """The storm phase with the warm agent in its memory cgroup: each batch carries the cgroup's
+    peak, OOM kills and the agent's queue; the idle footprint is read; the cgroup is removed."""
+    from cnichain.tools.memcg import leftover_cgroups
+
+    out, _ = bench.run_bench(_tiny(tmp_path, reference_dir, modes=("warm", "reference"), phases=("storm",),
+                                   storm=(4,), chart=False))
+    assert not out["errors"], out["errors"]
+    cells = out["storm"]["4"]
+    for command in ("ADD", "DEL"):
+        view = cells["agent"][command]
+        assert view["oom_kills"] == 0 and 0 < view["peak_mib"] < view["limit_mib"] == 512
+        assert view["capacity"] >= 2 and "queue_peak" in view
+        assert cells["warm"][command]["n"] == 1 and cells["ratios"]["warm/reference"][command] > 0
+    assert out["agent_idle"]["usage_mib"] > 0
+    assert any(t["target"].startswith("warm agent idle") for t in out["targets"])
+    assert not leftover_cgroups()
 
 
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "corpus")

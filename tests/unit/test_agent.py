@@ -401,7 +401,7 @@ def test_environment_goes_out_as_the_bytes_the_process_has(monkeypatch):
 
 
 def test_pool_size_option():
-    assert agent_mod.parse_args([]).pool_size == 6
+    assert agent_mod.parse_args([]).pool_size == 2
     assert agent_mod.parse_args(["--pool", "0"]).pool_size == 0
     assert agent_mod.parse_args(["--pool", "-3"]).pool_size == 0
 

@@ -11,7 +11,7 @@ import pytest
 
 from cnichain.agent import connection
 from cnichain.agent.config import GO_TIMEOUT, KILL_GRACE, READ_TIMEOUT
-from cnichain.agent.connection import CNI, GO, LEGAL, METRICS, READ, RUN, Conn, IllegalTransition
+from cnichain.agent.connection import CNI, GO, LEGAL, METRICS, READ, RUN, WAIT, Conn, IllegalTransition
 
 LIMIT = 60.0
 
@@ -25,8 +25,21 @@ def pair() -> Iterator[socket.socket]:
 
 
 def test_the_table_is_the_handshake_forward_only() -> None:
-    """read -> go -> run and nothing else: a shim told GO must never also run cold."""
-    assert LEGAL == {READ: {GO}, GO: {RUN}, RUN: set()}
+    """read -> go -> (wait ->) run and nothing else: a shim told GO must never also run cold once a
+    worker has its request; a queued one (wait) either gets a worker or is closed before anything ran."""
+    assert LEGAL == {READ: {GO}, GO: {WAIT, RUN}, WAIT: {RUN}, RUN: set()}
+
+
+def test_a_queued_connection_waits_its_bound_then_runs_with_its_go_time_kept(pair: socket.socket) -> None:
+    conn = Conn(pair, CNI, 100.0)
+    conn.acked(101.0)
+    conn.wait(102.0, 6.0)
+    assert (conn.state, conn.deadline, conn.started) == (WAIT, 108.0, 102.0)
+    assert conn.waiting and not conn.running and not conn.handshaking
+    conn.run(105.0, LIMIT)
+    assert conn.running and conn.started == 102.0  # its time counts from GO, the queue included
+    with pytest.raises(IllegalTransition):
+        conn.wait(106.0, 6.0)
 
 
 def test_a_cni_connection_moves_read_go_run_with_each_states_deadline(pair: socket.socket) -> None:

@@ -127,6 +127,7 @@ def _exited(code: int) -> int:
         (_exited(worker.EXIT_UNDELIVERED), False, (1, "undelivered", "")),
         (signal.SIGALRM, False, (1, "timeout", "")),
         (signal.SIGKILL, True, (1, "timeout", "")),
+        (signal.SIGKILL, False, (1, "killed", f"signal {int(signal.SIGKILL)}")),  # the OOM killer: shim goes cold
         (signal.SIGSEGV, False, (1, "crashed", f"signal {int(signal.SIGSEGV)}")),
         (_exited(worker.EXIT_FAILED), False, (1, "crashed", "status 3")),
     ],

@@ -181,7 +181,8 @@ def test_bad_options_are_refused():
 
 
 def test_phases_with_nothing_to_do_are_dropped():
-    o = bench.parse_args(["--parallel", "0", "--growth", "", "--parallel-rounds", "0", "--no-chart", "--pods-e2e", "0"])
+    o = bench.parse_args(["--parallel", "0", "--growth", "", "--parallel-rounds", "0", "--no-chart", "--pods-e2e", "0",
+                          "--storm", ""])
     assert o.phases == ("floor", "chain", "status") and o.parallel_rounds == 1 and o.chart is False
     assert bench.parse_args([]) == bench.Options()
 

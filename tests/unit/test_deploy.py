@@ -158,6 +158,25 @@ def covered(mounts: list[dict], volumes: dict, host_path: str) -> bool:
     return False
 
 
+def _bytes(quantity: str) -> int:
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
+    return int(quantity[:-2]) * units[quantity[-2:]]
+
+
+def check_agent_resources(resources: dict) -> None:
+    """The agent's limits follow the measured numbers (docs/agent.md, "Memory and CPU"): its memory
+    limit lets the pool use every CPU of its CPU limit, and it requests at least its measured peak
+    with 110 pods at once, within the half of the limit the pool plans in."""
+    from cnichain.agent import budget
+
+    limit, cpus = _bytes(resources["limits"]["memory"]), int(str(resources["limits"]["cpu"]))
+    assert budget.capacity(limit, cpus) == budget.WORKERS_PER_CPU * cpus + 1
+    assert MEASURED_PEAK_110_PODS <= _bytes(resources["requests"]["memory"]) <= limit * budget.BUDGET_SHARE
+
+
+MEASURED_PEAK_110_PODS = 177 << 20  # through containerd, 2 CPUs, the agent in a 512 MiB cgroup (docs/agent.md)
+
+
 def check_daemonset(ds: dict, prefix: str, bin_dir: str, conf_dir: str, mode: str, socket: str) -> None:
     assert ds["kind"] == "DaemonSet"
     strategy = ds["spec"]["updateStrategy"]
@@ -172,6 +191,8 @@ def check_daemonset(ds: dict, prefix: str, bin_dir: str, conf_dir: str, mode: st
     volumes = {v["name"]: v for v in pod["volumes"]}
     for c in pod["initContainers"] + pod["containers"]:
         assert c["resources"]["requests"] and c["resources"]["limits"], c["name"]
+        if c["name"] == "agent":
+            check_agent_resources(c["resources"])
         assert c["securityContext"]["privileged"] is True
     (init,) = pod["initContainers"]
     assert init["args"][:2] == ["node", "install"]
@@ -240,6 +261,7 @@ def test_chart_defaults_match_the_installer_and_agent():
     from cnichain.agent.config import AgentConfig
 
     assert values["agent"]["pool"] == AgentConfig().pool_size
+    assert values["agent"]["queue"] == AgentConfig().queue_size
     assert values["own"]["conflist"] == installer.DEFAULT_OWN_CONFLIST
 
 
