@@ -26,6 +26,7 @@ from cnichain.agent import fetch_metrics, running_agent
 from cnichain.tools.runtime import Attachment, ConfList, Runtime
 from cnichain.common import shim
 
+from tests import required
 from tests.integration.agent_setup import (
     AGENT_ENV, PROBE, Setup, finish, ns_inode, probe_conf, run, settled, start, wait_for,
 )
@@ -437,7 +438,7 @@ def test_version_is_answered_by_the_agent_itself_like_the_cold_path(setup):
 def test_native_shim_gets_the_answer_of_a_worker_whose_agent_was_killed_then_runs_cold(setup):
     """The worker, not the agent, owns the reply: the native shim waits for it past the agent's death."""
     if not setup.native_probe:
-        pytest.skip("the native shim is not built (shim/build.sh)")
+        required.native_shim()
     native_dir = os.path.dirname(setup.native_probe)
     with setup.agent() as agent:
         proc = start(native_dir, "probe", "ADD", probe_conf(setup, sleep=1.0))
