@@ -26,7 +26,7 @@ def missing(part: str) -> NoReturn:
     message = f"{part} is missing"
     if under_run():
         pytest.fail(f"{message}, though ./run installs it", pytrace=False)
-    pytest.skip(f"{message} (./run installs it)")
+    pytest.skip(f"{message} (./run installs it)", allow_module_level=True)
 
 
 def native_shim() -> str:
