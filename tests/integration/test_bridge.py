@@ -432,14 +432,19 @@ def test_macspoofchk_drops_spoofed_frames(lab, runtime, cni_version):
 
 
 def _vlan_filtering_supported(lab) -> bool:
+    """This kernel's answer to a VLAN-filtering bridge: made (True), or refused with EOPNOTSUPP
+    (False: CONFIG_BRIDGE_VLAN_FILTERING unset).  Any other failure of the probe fails the test."""
     ok = lab.run(lab.node, "ip", "link", "add", "vfprobe", "type", "bridge", "vlan_filtering", "1", check=False)
     lab.run(lab.node, "ip", "link", "del", "vfprobe", check=False)
-    return ok.returncode == 0
+    if ok.returncode == 0:
+        return True
+    assert "Operation not supported" in ok.stderr, ok.stderr
+    return False
 
 
 def test_vlan_port(lab, runtime, cni_version):
     if not _vlan_filtering_supported(lab):
-        pytest.skip("kernel built without bridge VLAN filtering")
+        pytest.skip("this kernel has no bridge VLAN filtering (CONFIG_BRIDGE_VLAN_FILTERING)")
     conf = ConfList.from_dict({"cniVersion": cni_version, "name": "vl", "plugins": [
         {"type": "bridge", "bridge": "brv", "vlan": 100}]})
     pod = lab.netns("pod")
@@ -451,13 +456,22 @@ def test_vlan_port(lab, runtime, cni_version):
 
 
 def test_vlan_unsupported_kernel_is_a_clear_error(lab, runtime, cni_version):
+    """The kernel's own refusal (EOPNOTSUPP, probed above) comes back as CNI error JSON that
+    names the bridge and the kernel's reason, with nothing made: no bridge, veth or pod link."""
     if _vlan_filtering_supported(lab):
-        pytest.skip("kernel supports VLAN filtering")
+        pytest.skip("this kernel has bridge VLAN filtering, so it refuses no VLAN bridge")
     conf = ConfList.from_dict({"cniVersion": cni_version, "name": "vl", "plugins": [
         {"type": "bridge", "bridge": "brv", "vlan": 100}]})
+    pod = lab.netns("pod")
+    before = lab.run(lab.node, "ip", "-o", "link", "show").stdout.count("\n")
     with pytest.raises(PluginFailed) as info:
-        runtime.add(conf, Attachment("c1", lab.netns("pod"), "eth0"))
-    assert_failed(info.value, Code.INTERNAL, 'failed to create bridge "brv"', prefix=True)
+        runtime.add(conf, Attachment("c1", pod, "eth0"))
+    assert_failed(info.value, Code.INTERNAL, 'failed to create bridge "brv": could not add "brv"', prefix=True)
+    error = info.value.error
+    assert "not supported" in f"{error.msg} {error.details}".lower(), (error.msg, error.details)
+    assert lab.run(lab.node, "ip", "link", "show", "brv", check=False).returncode != 0
+    assert lab.run(lab.node, "ip", "-o", "link", "show").stdout.count("\n") == before
+    assert "eth0" not in lab.run(pod, "ip", "-o", "link", "show").stdout
 
 
 def test_gc_removes_rules_of_unknown_attachments(lab, runtime):
