@@ -42,12 +42,27 @@ def pytest_configure(config: Any) -> None:
 
 
 def pytest_collection_modifyitems(config: Any, items: list) -> None:
+    _warm_pass_only_what_the_agent_serves(config, items)
     if os.geteuid() == 0 and shutil.which("ip"):
         return
     skip = pytest.mark.skip(reason="integration tests need root and iproute2")
     for item in items:
         if "integration" in item.keywords:
             item.add_marker(skip)
+
+
+def _warm_pass_only_what_the_agent_serves(config: Any, items: list) -> None:
+    """With CNICHAIN_TEST_AGENT=1 (CI's warm pass) keep only the tests whose plugins the session
+    agent serves (those using ``plugin_dir`` or ``agent_socket``); the rest would repeat the cold
+    pass exactly."""
+    if os.environ.get("CNICHAIN_TEST_AGENT") != "1":
+        return
+    served = {"plugin_dir", "agent_socket"}
+    keep = [item for item in items if served & set(getattr(item, "fixturenames", ()))]
+    if len(keep) != len(items):
+        kept = {id(item) for item in keep}
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
+        items[:] = keep
 
 
 @pytest.fixture(scope="session")
