@@ -278,8 +278,6 @@ def test_check_detects_damage(lab, runtime, check_version):
 # -- every version ---------------------------------------------------------------------------------
 
 def test_result_in_every_version(lab, runtime, cni_version):
-    if cni_version == "1.1.0":
-        pytest.skip("the reference host-local behind us (libcni 1.0) stops at 1.0.0") if not _our_host_local(runtime) else None
     conf = bridge_conf(lab, version=cni_version)
     pod = lab.netns("pod")
     att = Attachment("c1", pod, "eth0")
@@ -293,10 +291,6 @@ def test_result_in_every_version(lab, runtime, cni_version):
     runtime.delete(conf, att)
     runtime.delete(conf, att)
     assert "eth0" not in links(lab, pod)
-
-
-def _our_host_local(runtime) -> bool:
-    return os.path.isfile(os.path.join(runtime.bin_dirs[0], "host-local"))
 
 
 # -- failure injection -----------------------------------------------------------------------------
@@ -475,9 +469,7 @@ def test_vlan_unsupported_kernel_is_a_clear_error(lab, runtime, cni_version):
 
 
 def test_gc_removes_rules_of_unknown_attachments(lab, runtime):
-    """Single: GC exists at 1.1.0 only."""
-    if not _our_host_local(runtime):
-        pytest.skip("GC needs an IPAM plugin that speaks CNI 1.1")
+    """Single: GC exists at 1.1.0 only (our host-local, first on the runtime's path, speaks it)."""
     conf = bridge_conf(lab, version="1.1.0", ipMasq=True)
     p1, p2 = lab.netns("pod1"), lab.netns("pod2")
     runtime.add(conf, Attachment("keep", p1, "eth0"))
