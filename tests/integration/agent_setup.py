@@ -131,6 +131,13 @@ def served_warm(agent, plugin: str, command: str) -> int:
                   f'cnichain_agent_requests_total{{plugin="{plugin}",command="{command}",outcome="ok"}}')
 
 
+def answered(agent) -> int:
+    """Every request the agent answered itself: run to any outcome, or rejected as invalid."""
+    text = agent.metrics()
+    runs = sum(int(n) for n in re.findall(r"^cnichain_agent_requests_total\{.*\} (\d+)$", text, re.M))
+    return runs + _gauge(text, "cnichain_agent_rejected_total")
+
+
 def workers(agent, state: str) -> int:
     """How many long-lived workers of ``agent`` are in ``state`` (warming, idle, busy, retiring)."""
     return _gauge(agent.metrics(), f'cnichain_agent_workers{{state="{state}"}}')

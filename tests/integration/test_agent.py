@@ -27,7 +27,7 @@ from cnichain.common import shim
 
 from tests import required
 from tests.integration.agent_setup import (
-    AGENT_ENV, PROBE, Setup, finish, ns_inode, probe_conf, run, served_warm, settled, start, wait_for, workers,
+    AGENT_ENV, PROBE, Setup, answered, finish, ns_inode, probe_conf, run, served_warm, settled, start, wait_for, workers,
 )
 
 pytestmark = pytest.mark.integration
@@ -73,8 +73,9 @@ def test_same_netns_check_sees_the_callers_namespace(setup, lab):
     """CNI_NETNS equal to the namespace the plugin was exec'd in is code 8, warm as cold."""
     conf = {"cniVersion": "1.1.0", "name": "agentnet", "type": "bridge",
             "ipam": {"type": "host-local", "subnet": "10.77.0.0/24", "dataDir": os.path.join(setup.root, "same")}}
-    with setup.agent():
+    with setup.agent() as agent:
         warm = run(setup.warm, "host-local", "DEL", conf, lab.node, CNI_NETNS=lab.node)
+        wait_for(lambda: 'plugin="host-local",command="DEL",outcome="error"} 1' in agent.metrics())  # warm, truly
         cold = run(setup.cold, "host-local", "DEL", conf, lab.node, CNI_NETNS=lab.node)
     assert warm == cold
     assert warm[0] == 1 and json.loads(warm[1])["code"] == 8
@@ -93,9 +94,10 @@ def test_same_netns_check_sees_the_callers_namespace(setup, lab):
     ],
 )
 def test_every_plugin_answers_errors_and_version_like_the_cold_path(setup, command, stdin, env):
-    with setup.agent():
-        for plugin in installer.available_plugins():
+    with setup.agent() as agent:
+        for n, plugin in enumerate(installer.available_plugins(), 1):
             warm = run(setup.warm, plugin, command, stdin, **env)
+            wait_for(lambda n=n: answered(agent) == n)  # the agent answered it, not the cold fallback
             cold = run(setup.cold, plugin, command, stdin, **env)
             assert warm == cold, plugin
 
