@@ -16,11 +16,10 @@ import json
 import os
 import re
 import shutil
-import time
 
 import pytest
 
-from tests.integration.agent_setup import Setup, finish, probe_conf, run, settled, start, wait_for
+from tests.integration.agent_setup import Setup, finish, probe_conf, run, settled, start, wait_for, workers
 
 pytestmark = pytest.mark.integration
 
@@ -55,21 +54,9 @@ def _scrub(data: bytes) -> bytes:
 
 
 def _ready_workers(agent, n: int) -> None:
-    """Wait until the agent has ``n`` workers done warming (back from SCHED_IDLE, about to say
-    "ready"), so a test's first request finds one instead of forking its own."""
-    def warm() -> int:
-        with open(f"/proc/{agent.pid}/task/{agent.pid}/children") as fh:
-            pids = fh.read().split()
-        policies = []
-        for pid in pids:
-            try:
-                with open(f"/proc/{pid}/stat") as fh:
-                    policies.append(int(fh.read().rsplit(")", 1)[1].split()[38]))
-            except (OSError, IndexError, ValueError):
-                pass
-        return policies.count(0)
-    wait_for(lambda: warm() >= n)
-    time.sleep(0.2)  # its "ready" reaches the agent's loop
+    """Wait until the agent counts ``n`` idle workers (warmed, their "ready" received: its own
+    gauge), so a test's first request finds one instead of forking its own."""
+    wait_for(lambda: workers(agent, "idle") >= n, timeout=60)
 
 
 def _workers_of(log_path: str) -> list[str]:
