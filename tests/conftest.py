@@ -91,6 +91,9 @@ def plugin_dir(tmp_path_factory: pytest.TempPathFactory, agent_socket: str) -> s
         required.native_shim()  # warm under ./run means the production path: shim, then agent
     report = installer.install(path, agent_socket=agent_socket)
     assert not report.refused
+    if agent_socket and required.under_run():
+        with open(os.path.join(path, "bridge"), "rb") as fh:
+            assert fh.read(4) == b"\x7fELF", "the warm pass must run the native shim, not Python launchers"
     return path
 
 
