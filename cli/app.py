@@ -153,11 +153,12 @@ def conflists() -> None:
 def demo(
     conflist: str = typer.Option("", "--conflist", help="Conflist to demo (default: the shipped default chain)"),
     pods: int = typer.Option(2, "--pods", min=1, max=8, help="How many pod namespaces"),
+    pause: bool = typer.Option(False, "--pause", help="Wait for Enter after announcing each step (walk through it; Ctrl-C cleans up)"),
 ) -> None:
     """Build a throwaway node + pods, run the chain, prove it works, tear everything down."""
     from cnichain.tools.demo import run_demo
 
-    raise typer.Exit(run_demo(conflist or None, pods))
+    raise typer.Exit(run_demo(conflist or None, pods, pause))
 
 
 @app.command()

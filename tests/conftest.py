@@ -42,7 +42,8 @@ def pytest_configure(config: Any) -> None:
 
 
 def pytest_collection_modifyitems(config: Any, items: list) -> None:
-    _warm_pass_only_what_the_agent_serves(config, items)
+    if os.environ.get("CNICHAIN_TEST_AGENT") == "1":
+        _keep_what_runs_plugins(config, items)
     if os.geteuid() == 0 and shutil.which("ip"):
         return
     skip = pytest.mark.skip(reason="integration tests need root and iproute2")
@@ -51,17 +52,16 @@ def pytest_collection_modifyitems(config: Any, items: list) -> None:
             item.add_marker(skip)
 
 
-def _warm_pass_only_what_the_agent_serves(config: Any, items: list) -> None:
-    """With CNICHAIN_TEST_AGENT=1 (CI's warm pass) keep only the tests whose plugins the session
-    agent serves (those using ``plugin_dir`` or ``agent_socket``); the rest would repeat the cold
-    pass exactly."""
-    if os.environ.get("CNICHAIN_TEST_AGENT") != "1":
-        return
-    served = {"plugin_dir", "agent_socket"}
-    keep = [item for item in items if served & set(getattr(item, "fixturenames", ()))]
-    if len(keep) != len(items):
-        kept = {id(item) for item in keep}
-        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
+def _keep_what_runs_plugins(config: Any, items: list) -> None:
+    """The warm pass deselects the integration tests that never exec a plugin from ``plugin_dir``
+    (images, bundles, the bench, the agent's own harnesses): they would run exactly as in the cold
+    pass, so only the tests whose plugins the session agent serves run twice."""
+    keep, drop = [], []
+    for item in items:
+        runs_plugins = "plugin_dir" in getattr(item, "fixturenames", ())
+        (keep if runs_plugins or "integration" not in item.keywords else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
         items[:] = keep
 
 
@@ -82,10 +82,17 @@ def agent_socket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield agent.socket_path
 
 
+COLD_ENTRY = "from cnichain.plugins."  # the line where an installed launcher starts the plugin in-process
+
+
 @pytest.fixture(scope="session")
-def plugin_dir(tmp_path_factory: pytest.TempPathFactory, agent_socket: str) -> str:
+def plugin_dir(tmp_path_factory: pytest.TempPathFactory, agent_socket: str) -> Iterator[str]:
     """A bin dir with one executable per cnichain plugin, written by the real installer: Python
-    launchers, or with an agent (CNICHAIN_TEST_AGENT=1) the native shim when it was built."""
+    launchers, or with an agent (CNICHAIN_TEST_AGENT=1) the native shim when it was built.
+
+    In the warm pass every request must be served by the agent: a cold fallback would pass the
+    same tests while proving nothing about the warm path, so each one is logged and fails the run.
+    """
     path = str(tmp_path_factory.mktemp("cnibin"))
     if agent_socket and required.under_run():
         required.native_shim()  # warm under ./run means the production path: shim, then agent
@@ -94,7 +101,35 @@ def plugin_dir(tmp_path_factory: pytest.TempPathFactory, agent_socket: str) -> s
     if agent_socket and required.under_run():
         with open(os.path.join(path, "bridge"), "rb") as fh:
             assert fh.read(4) == b"\x7fELF", "the warm pass must run the native shim, not Python launchers"
-    return path
+    if not agent_socket:
+        yield path
+        return
+    cold_log = str(tmp_path_factory.mktemp("coldruns") / "cold.log")
+    _note_cold_runs(path, cold_log)
+    yield path
+    if os.path.exists(cold_log):
+        with open(cold_log) as fh:
+            runs = fh.read().split()
+        raise AssertionError(f"the warm pass ran {len(runs) // 2} plugin execs cold (type, command): {runs[:40]}")
+
+
+def _note_cold_runs(bin_dir: str, log: str) -> None:
+    """Make every launcher under ``bin_dir`` append "<module> <CNI_COMMAND>" to ``log`` when it
+    runs the plugin in-process (the native shim's cold launchers, or a Python launcher's cold tail)."""
+    note = (f"open({log!r}, 'a').write(__import__('os').path.basename(sys.argv[0]) + ' '"
+            " + __import__('os').environ.get('CNI_COMMAND', '?') + '\\n')\n")
+    noted = 0
+    for root, _dirs, files in os.walk(bin_dir):
+        for name in files:
+            launcher = os.path.join(root, name)
+            with open(launcher, "rb") as fh:
+                data = fh.read()
+            if data.startswith(b"#!") and COLD_ENTRY.encode() in data:
+                head, entry, tail = data.partition(COLD_ENTRY.encode())
+                with open(launcher, "wb") as fh:
+                    fh.write(head + note.encode() + entry + tail)
+                noted += 1
+    assert noted, f"no launcher under {bin_dir} has the cold entry {COLD_ENTRY!r}: the detector would see nothing"
 
 
 @pytest.fixture(scope="session")

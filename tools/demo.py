@@ -46,8 +46,22 @@ def _say(text: str = "") -> None:
     print(text, flush=True)
 
 
+class _Pacing:
+    """Whether to wait for Enter after announcing each step (``--pause``).
+
+    Walking through the demo step by step is also what makes an interrupt land at a known point:
+    the Ctrl-C test signals the demo while it waits here, never after it has already finished.
+    """
+
+    pause = False
+
+
 def _step(text: str) -> None:
     _say(f"\n== {text}")
+    if _Pacing.pause:
+        _say("  (paused: press Enter to go on)")
+        if not sys.stdin.readline():  # end of input: go on without pausing again
+            _Pacing.pause = False
 
 
 def _ok(ok: bool, text: str) -> bool:
@@ -67,8 +81,9 @@ def _chain_types(data: dict) -> list[str]:
     return [p.get("type") for p in data.get("plugins", [data])]
 
 
-def run_demo(conflist: Optional[str] = None, pods: int = 2) -> int:
-    """Run the demo; return 0 when every proof passed."""
+def run_demo(conflist: Optional[str] = None, pods: int = 2, pause: bool = False) -> int:
+    """Run the demo; return 0 when every proof passed.  ``pause`` waits for Enter at each step."""
+    _Pacing.pause = pause
 
     def on_term(signum: int, frame: object) -> None:
         raise KeyboardInterrupt

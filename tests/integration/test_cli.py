@@ -80,18 +80,34 @@ def test_exec_reports_plugin_error_json(lab, plugin_dir, tmp_path):
 
 
 def test_demo_cleans_up_on_ctrl_c():
+    """Interrupted mid-chain, the demo removes everything it made and exits 130.
+
+    ``--pause`` holds the demo at each step until stdin says go on, so the interrupt lands while
+    the demo is provably inside the ADD of pod1, however loaded the machine is.
+    """
     import signal
     import time
 
-    proc = subprocess.Popen(CLI + ["demo"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
-    seen = []
-    deadline = time.monotonic() + 60
+    proc = subprocess.Popen(CLI + ["demo", "--pause"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=_env())
+    assert proc.stdin is not None and proc.stdout is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + 120
+    at_pod1 = False
     for line in proc.stdout:  # bounded by the deadline and the demo's own end
         seen.append(line)
-        if line.startswith("== ADD pod1") or time.monotonic() > deadline:
+        if line.startswith("== ADD pod1"):
+            at_pod1 = True
+        elif "paused" in line:
+            if at_pod1:
+                break
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+        if time.monotonic() > deadline:
             break
+    assert at_pod1, "".join(seen)
     proc.send_signal(signal.SIGINT)
-    rest, _ = proc.communicate(timeout=60)
+    rest, _ = proc.communicate(timeout=120)
     output = "".join(seen) + rest
     assert proc.returncode == 130, output
     assert "interrupted: cleaning up" in output and "cleaned up" in output

@@ -34,6 +34,7 @@ from cnichain.agent.sockets import answers
 from cnichain.node.bundle import layout
 
 from cnichain.tools.containerd_node import ocimage
+from cnichain.tools.containerd_node.process import plugin_failures
 
 from . import leftovers, traffic
 from .bundlenode import (AGENT_SOCKET, AgentPod, NodeImage, checks_run, hide_python_and_shells, install_with_image,
@@ -73,13 +74,6 @@ def pod_with_port_and_bandwidth(node: Node, cri, busybox: str, name: str, host_p
     cri.stop_pod(pod.id)
     cri.remove_pod(pod.id)
     assert leftovers.everything(checks_run(node)) == []
-
-
-def cni_errors(log_path: str) -> list[str]:
-    """containerd's log lines about a failed network setup or teardown (a plugin exec that failed)."""
-    with open(log_path, errors="replace") as fh:
-        return [line.strip()[:300] for line in fh
-                if "level=error" in line and ("network" in line.lower() or "cni" in line.lower())]
 
 
 def installed_node(node_image: NodeImage, node: Node, release: Release) -> tuple[str, str]:
@@ -193,7 +187,7 @@ def test_upgrade_to_a_rebuilt_tree_while_pods_come_and_go(
         assert sorted(versions) == sorted([node_image.report.tree_id, second.tree_id])  # previous kept
         assert cri.list_pods() == []
         assert leftovers.everything(checks_run(node)) == []
-        assert cni_errors(containerd.log) == []  # no plugin exec failed, not even one containerd retried
+        assert plugin_failures(containerd.log) == []  # no plugin exec failed, not even one containerd retried
         # An agent of the previous version (the image's tree) still serves once `current` moved on:
         # its workers import from its own version directory, which the install kept.
         agent = AgentPod(node, node_image)

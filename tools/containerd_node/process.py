@@ -10,6 +10,7 @@ gRPC socket, log) lives in the node's directory.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -98,6 +99,25 @@ class Containerd:
             except OSError:
                 continue
         return found
+
+
+# What containerd logs when a plugin exec failed: its CRI service's message for a sandbox whose
+# network setup or teardown failed, with libcni's 'plugin type="..." failed (add|delete|check)'
+# inside.  Nothing else it logs at error level (a ttrpc "broken pipe" from a shim that went away,
+# an image pull, a status poll) means that a plugin failed.
+PLUGIN_FAILURE = re.compile(
+    r"failed to (set ?up|destroy|tear ?down) network for sandbox"
+    r'|plugin type=\\?"[^"\\]+\\?"( name=\\?"[^"\\]*\\?")? failed \((add|delete|check)\)',
+    re.IGNORECASE)
+
+
+def plugin_failures(path: str) -> list[str]:
+    """The lines of a containerd log that report a failed plugin exec (network setup or teardown)."""
+    try:
+        with open(path, errors="replace") as fh:
+            return [line.strip()[:300] for line in fh if PLUGIN_FAILURE.search(line)]
+    except FileNotFoundError:
+        return []
 
 
 def log_tail(path: str, lines: int = 40) -> str:
