@@ -54,6 +54,7 @@ class InFlight:
         self.log = log
         self.close = close
         self.children = {}
+        self.on_end: Optional[Callable[[Any, int], None]] = None  # (request, exit code): the reconciler's hint
         pool.finished = self.finished
         pool.died = self.died
 
@@ -128,6 +129,8 @@ class InFlight:
         req = conn.req
         assert req is not None
         self.metrics.done(req.plugin_type, req.command, outcome, elapsed)
+        if self.on_end is not None:
+            self.on_end(req, code)
         if outcome in ("timeout", "crashed"):
             msg = worker.failure_message(req, outcome, how, self.cfg.request_timeout)
             sockets.send_quietly(conn.sock, protocol.error_result(msg))

@@ -90,6 +90,7 @@ class Agent:
         config.reconcile.log_file = config.reconcile.log_file or config.log_file
         self.reconciler = Reconciler(config.reconcile, self.log)
         self.metrics.sources.append(self.reconciler.metric_lines)
+        self.inflight.on_end = self.reconciler.served  # each ADD served: the reconciler's hint
 
     # -- set-up ------------------------------------------------------------------------------
     def prepare(self) -> None:

@@ -231,7 +231,7 @@ def gc(
 ) -> None:
     """Collect attachments of pods that no longer exist, from any runtime's result cache or a --valid list.
 
-    DEL for each cached attachment without a live pod (its netns is gone, or it is not in --valid), with the conflist, result and arguments the runtime cached; then CNI GC per network (cniVersion 1.1.0) with the live attachments as valid. Shows the plan and changes nothing unless --apply.
+    DEL for each cached attachment without a live pod (its netns is gone, or it is not in --valid), with the conflist, result and arguments the runtime cached; then CNI GC per network (cniVersion 1.1.0) with the live attachments as valid; with --runtime-endpoint, also the state of our plugins that no cache entry names, of containers the runtime does not list (a lost cache's leaks). Shows the plan and changes nothing unless --apply.
     """
     from cnichain.tools.podstate import gc as gc_mod
     from cnichain.tools.runtime import ConfigError

@@ -208,6 +208,31 @@ def _owned(path: str, manifest: dict[str, str]) -> bool:
     return manifest.get(path) == _digest(data)
 
 
+def written_here(path: str, plugin_type: str) -> bool:
+    """Whether ``path`` is one of our executables for ``plugin_type``: a launcher of ours (its
+    marker line and the plugin's module, as ``install`` and ``node install`` write it), or a native
+    shim configured for that type whose cold launcher is one.
+
+    What the reconciler asks before it protects state it has not seen installed yet: a conflist
+    that names ``portmap`` while the bin dir holds another implementation is not ours to repair.
+    Reads at most a few MB of one file; any error means "not ours"."""
+    module = PLUGINS.get(plugin_type)
+    if module is None:
+        return False
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(8 << 20)
+    except OSError:
+        return False
+    if data.startswith(b"#!"):
+        head = data[:4096].decode("utf-8", "replace")
+        return MARKER in head and f"cnichain.plugins.{module}.__main__" in head
+    config = native_shim.read_config(data) if data.startswith(b"\x7fELF") else None
+    if config is None or config.plugin_type != plugin_type or config.fallback == path:
+        return False
+    return written_here(config.fallback, plugin_type)
+
+
 def _write(path: str, data: bytes, mode: int, manifest: dict[str, str], force: bool, report: InstallReport) -> None:
     if os.path.lexists(path):
         try:

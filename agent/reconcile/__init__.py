@@ -7,6 +7,10 @@ whose namespace is long gone.  The agent runs all the time; this package is what
 * ``settings``: the options (``--reconcile off|dry-run|on``, ``--grace``, ``--network``,
   ``--runtime-endpoint``, ``--sweep-interval``, ``--cache-dir``, ``--bin-dir``, ``--mount-ns``);
 * ``netlink_events``: nftables and rtnetlink deletion notifications (the fast trigger);
+* ``cache_events``: new and removed result-cache entries (inotify): a new attachment is protected
+  from then on; ``ownership``: which state is ours before it has been seen installed (our own
+  executables, or an ADD the agent served: :meth:`Process.served`);
+* ``uncached_leaks``: state of containers no cache entry names and the runtime does not list;
 * ``attachments``: live attachments and each plugin's input, from the runtimes' result caches
   (each file parsed again only when it changed);
 * ``repair``: per plugin, its own check and its own repair (portmap, bandwidth, bridge's ipMasq and
@@ -20,13 +24,18 @@ whose namespace is long gone.  The agent runs all the time; this package is what
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import socket
 import subprocess
 import sys
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from cnichain.agent.reconcile import status
 from cnichain.agent.reconcile.settings import ReconcileConfig, to_argv
+
+HINT_STDIN_MAX = 60_000  # bytes of a served ADD's stdin sent along (its network name); longer: no hint
 
 
 class Process:
@@ -36,17 +45,40 @@ class Process:
         self.cfg = cfg
         self.log = log
         self.proc: Optional[subprocess.Popen] = None
+        self.hints: Optional[socket.socket] = None  # our end of the served-ADD datagrams
 
     def start(self) -> None:
         if self.cfg.mode == "off":
             return
         from cnichain.node.install import import_roots
 
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        ours.setblocking(False)  # a full queue drops a hint, never blocks the agent's loop
         code = (f"import sys; sys.path[0:0] = {import_roots()!r}; "
                 "from cnichain.agent.reconcile.loop import main; sys.exit(main())")
-        argv = [sys.executable, "-P", "-c", code, "--parent", str(os.getpid()), *to_argv(self.cfg)]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, close_fds=True)
+        cfg = dataclasses.replace(self.cfg, hints_fd=theirs.fileno())
+        argv = [sys.executable, "-P", "-c", code, "--parent", str(os.getpid()), *to_argv(cfg)]
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, close_fds=True, pass_fds=(theirs.fileno(),))
+        finally:
+            theirs.close()
+        self.hints = ours
         self.log(f"reconciler started (pid {self.proc.pid}, {self.cfg.mode})")
+
+    def served(self, req: Any, code: int) -> None:
+        """The agent answered a request: a successful ADD tells the reconciler that this
+        attachment's state of that plugin is ours from now on (its cache entry follows)."""
+        if self.hints is None or code != 0 or getattr(req, "command", "") != "ADD":
+            return
+        try:
+            env = req.env
+            if len(req.stdin) > HINT_STDIN_MAX:
+                return
+            msg = json.dumps({"type": req.plugin_type, "cid": env.get("CNI_CONTAINERID", ""),
+                              "ifname": env.get("CNI_IFNAME", "")}).encode() + b"\n" + bytes(req.stdin)
+            self.hints.send(msg)
+        except Exception:  # noqa: BLE001 - full, gone, or odd: a hint never costs the agent's loop anything
+            pass  # the plugin's executable still decides what is ours
 
     @property
     def running(self) -> bool:
@@ -59,6 +91,9 @@ class Process:
 
     def stop(self, timeout: float = 10.0) -> None:
         proc, self.proc = self.proc, None
+        if self.hints is not None:
+            self.hints.close()
+            self.hints = None
         if proc is None or proc.poll() is not None:
             return
         proc.terminate()

@@ -4,10 +4,12 @@ One pass over the result caches (:mod:`.attachments`) per trigger -- a deletion 
 kernel (:mod:`.netlink_events`), a recent repair being watched, or the periodic sweep.
 
 **Repair** (for attachments whose network namespace exists): each plugin's own check; when state
-is missing *and this reconciler has seen that plugin's state installed for this attachment*, the
-plugin's own repair (:mod:`.repair`).  The "seen installed" rule is what keeps us off state we do
-not own: a conflist that names ``portmap`` run by another implementation never passes our check,
-so it is never "repaired" into a second set of rules.  Just before repairing, the cache entry must
+is missing and it is ours, the plugin's own repair (:mod:`.repair`).  Ours means: this reconciler
+has seen that plugin's state installed for this attachment, or -- from the moment the cache entry
+exists, before anything was seen -- the agent served that plugin's ADD, or the executable the
+runtime runs for that type is one of ours (:mod:`.ownership`).  That is what keeps us off state we
+do not own: a conflist that names ``portmap`` while another implementation sits in the bin dir is
+never "repaired" into a second set of rules.  Just before repairing, the cache entry must
 still be there, unchanged, the namespace must still exist, and the runtime must not list the
 sandbox as not ready (it is stopping the pod: its DEL runs now or next); for a while after, the
 entry is watched, and if the runtime's DEL removes it meanwhile (a DEL runs the chain in reverse
@@ -40,6 +42,8 @@ from cnichain.agent.reconcile import netlink_events as ev
 from cnichain.agent.reconcile import repair, status
 from cnichain.agent.reconcile.attachments import CacheReader, Target
 from cnichain.agent.reconcile.budget import Budget
+from cnichain.agent.reconcile.ownership import Ownership
+from cnichain.agent.reconcile.uncached_leaks import UncachedCollector
 from cnichain.tools.podstate.sandboxes import NoSandboxes
 from cnichain.node.cri import SANDBOX_NOTREADY
 from cnichain.agent.reconcile.settings import ReconcileConfig
@@ -81,6 +85,7 @@ class Reconciler:
         self.reader = CacheReader()
         self.budget = Budget(cfg.max_repairs, cfg.repair_window)
         self.owned: set[str] = set()  # "<network>/<cid>/<ifname>|<plugin>" seen installed
+        self.ownership = Ownership(cfg.plugin_dirs, clock)  # ours to protect before it was seen
         self.health: dict[str, str] = {}  # same key -> OK, MISSING, ...
         self.details: dict[str, str] = {}  # same key -> what its check said
         self.watch: dict[str, Watched] = {}
@@ -94,6 +99,7 @@ class Reconciler:
         self.retry_kinds: set[str] = set()  # kinds whose repair failed: the loop retries them soon
         self.runtime_listing = getattr(self.sandboxes, "description", "")
         self._states: Optional[tuple[float, Optional[dict[str, int]]]] = None  # (when, sandbox states)
+        self.uncached = UncachedCollector(cfg, self.sandboxes, self.counters, log, wall)  # a lost cache's leaks
         self._load()
 
     @property
@@ -125,7 +131,7 @@ class Reconciler:
             "counters": status.as_dict(self.counters), "attachments": attachments, "stale_cache": self.stale,
             "owned": sorted(self.owned), "gone_since": self.gone_since,
             "backing_off": sorted(k for k in self.health if self.budget.blocked(k, self.clock())),
-            "pools": self.pools,
+            "pools": self.pools, "uncached": self.uncached.view, "uncached_note": self.uncached.note,
         }
 
     def save(self) -> None:
@@ -186,8 +192,9 @@ class Reconciler:
             self.suspect.pop(key, None)
             self._set(key, OK, "")
             return 0
-        if key not in self.owned:
-            self._set(key, NOT_OURS, f"{missing} (never seen installed by our {rep.plugin_type}: left alone)")
+        if key not in self.owned and not self.ownership.ours(t.key, rep.plugin_type):
+            self._set(key, NOT_OURS, f"{missing} (never seen installed, and the {rep.plugin_type} executable "
+                                     "is not ours: left alone)")
             return 0
         now = self.clock()
         if self.budget.blocked(key, now):
@@ -410,6 +417,10 @@ class Reconciler:
             self.collect_pass()
         except Exception as exc:  # noqa: BLE001
             self.log(f"reconcile: collection pass failed: {exc!r}")
+        try:
+            self.uncached.pass_(self.acting)
+        except Exception as exc:  # noqa: BLE001
+            self.log(f"reconcile: collecting state with no cache entry failed: {exc!r}")
         try:
             self.read_pools()
         except Exception as exc:  # noqa: BLE001

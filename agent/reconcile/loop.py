@@ -5,10 +5,11 @@ one thread that forks workers, so it must not run threads or slow kernel listing
 reconciler that crashes or hangs never delays a CNI request.  It dies with the agent (the parent
 death signal), so with the agent down nothing here runs.
 
-Timing: a deletion notification schedules a repair pass ``settle`` seconds later (so one ``nft
-flush ruleset`` -- hundreds of messages -- costs one pass), the pass itself takes milliseconds per
-attachment, and the periodic sweep (repair, leaks, cache, status) is the backstop for anything a
-notification missed.  Repairs of the notified kind only; the sweep checks everything.
+Timing: a deletion notification, or a new result-cache entry (:mod:`.cache_events`: a new
+attachment, whose expected state is known from that moment), schedules a repair pass ``settle``
+seconds later (so one ``nft flush ruleset`` -- hundreds of messages -- costs one pass), the pass
+itself takes milliseconds per attachment, and the periodic sweep (repair, leaks, cache, status) is
+the backstop for anything a notification missed.  Repairs of the notified kind only; the sweep checks everything.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Optional
 
 from cnichain.agent.log import AgentLog
 
+from cnichain.agent.reconcile import cache_events
 from cnichain.agent.reconcile import netlink_events as ev
 from cnichain.agent.reconcile.engine import Reconciler
 from cnichain.tools.podstate.sandboxes import source
@@ -84,6 +86,12 @@ def run(cfg: ReconcileConfig, parent: int = 0) -> int:
         log(f"reconcile: no netlink notifications ({exc}); relying on the sweep every {cfg.sweep_interval:g} s")
     for sub in subs:
         sel.register(sub.sock, selectors.EVENT_READ, sub)
+    watch = _watch_caches(cfg, log)
+    if watch is not None:
+        sel.register(watch.fd, selectors.EVENT_READ, watch)
+    hints = _hints(cfg)
+    if hints is not None:
+        sel.register(hints, selectors.EVENT_READ, hints)
     log(f"reconcile: {cfg.mode}: networks={','.join(cfg.networks) or 'all'} grace={cfg.grace:g}s "
         f"sweep={cfg.sweep_interval:g}s caches={','.join(cfg.cache_dirs)} runtime listing: {engine.runtime_listing}")
     next_sweep = time.monotonic()
@@ -103,6 +111,20 @@ def run(cfg: ReconcileConfig, parent: int = 0) -> int:
                     except BlockingIOError:
                         pass
                     continue
+                if key.data is hints and hints is not None:
+                    if _read_hints(hints, engine) and watch is None and pending is None:
+                        kinds |= ev.ALL  # no cache watch: look soon, the cache entry follows the ADD
+                        pending = time.monotonic() + 1.0
+                    continue
+                if key.data is watch:
+                    changes = watch.read()
+                    if changes.removed:
+                        _pass(engine, log, frozenset())  # a DEL done: undo a repair that raced it, now
+                    if changes.written or changes.rescan:
+                        kinds |= ev.ALL  # a new attachment: its expected state is known from now on
+                        if pending is None:
+                            pending = time.monotonic() + cfg.settle
+                    continue
                 got = key.data.read()
                 if got:
                     kinds |= got
@@ -113,6 +135,8 @@ def run(cfg: ReconcileConfig, parent: int = 0) -> int:
             now = time.monotonic()
             if now >= next_sweep:
                 engine.sweep()
+                if watch is not None:
+                    watch.refresh()  # a cache directory created since
                 kinds.clear()
                 pending = None
                 next_sweep = time.monotonic() + cfg.sweep_interval
@@ -131,8 +155,60 @@ def run(cfg: ReconcileConfig, parent: int = 0) -> int:
         engine.save()
         for sub in subs:
             sub.close()
+        if watch is not None:
+            watch.close()
+        if hints is not None:
+            hints.close()
         log("reconcile: stopped")
     return 0
+
+
+def _watch_caches(cfg: ReconcileConfig, log: AgentLog) -> Optional[cache_events.CacheWatch]:
+    try:
+        return cache_events.CacheWatch(cfg.cache_dirs)
+    except (OSError, AttributeError) as exc:
+        log(f"reconcile: cannot watch the result caches ({exc}); new attachments wait for the sweep")
+        return None
+
+
+def _hints(cfg: ReconcileConfig) -> Optional[socket.socket]:
+    if cfg.hints_fd < 0:
+        return None
+    try:
+        sock = socket.socket(fileno=cfg.hints_fd)
+    except OSError:
+        return None
+    sock.setblocking(False)
+    return sock
+
+
+def _read_hints(sock: socket.socket, engine: Reconciler) -> int:
+    """The agent's served ADDs: ``{"type", "cid", "ifname"}`` JSON, a newline, the plugin's stdin
+    (its network name).  Anything malformed is dropped: a hint only ever adds ownership."""
+    import json
+
+    from cnichain.tools.podstate.cache import valid_id, valid_ifname
+
+    n = 0
+    for _ in range(1024):  # bounded: the rest waits for the next wakeup
+        try:
+            data = sock.recv(1 << 17)
+        except (BlockingIOError, InterruptedError):
+            break
+        except OSError:
+            break
+        if not data:
+            break
+        head, _, stdin = data.partition(b"\n")
+        try:
+            meta, conf = json.loads(head), json.loads(stdin)
+            network, cid, ifname, ptype = str(conf["name"]), str(meta["cid"]), str(meta["ifname"]), str(meta["type"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if valid_id(network) and valid_id(cid) and valid_ifname(ifname):
+            engine.ownership.served(f"{network}/{cid}/{ifname}", ptype)
+            n += 1
+    return n
 
 
 def _pass(engine: Reconciler, log: AgentLog, kinds: frozenset[str]) -> None:

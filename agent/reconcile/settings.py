@@ -39,6 +39,7 @@ class ReconcileConfig:
     mount_ns: str = ""  # a mount namespace to enter first (the host's, /proc/1/ns/mnt, from a pod)
     status_file: str = ""  # set by the agent from its socket path
     log_file: Optional[str] = None
+    hints_fd: int = -1  # the agent's datagrams: each ADD it served (set by the agent's Process)
     settle: float = 0.2  # after a deletion event, before checking (coalesces a flush's burst)
     max_repairs: int = 5  # repairs of one thing within `repair_window` before backing off
     repair_window: float = 60.0
@@ -107,6 +108,8 @@ def to_argv(cfg: ReconcileConfig) -> list[str]:
         argv += ["--runtime-endpoint", cfg.runtime_endpoint]
     if cfg.log_file:
         argv += ["--log-file", cfg.log_file]
+    if cfg.hints_fd >= 0:
+        argv += ["--hints-fd", str(cfg.hints_fd)]
     if cfg.mount_ns:
         argv += ["--mount-ns", cfg.mount_ns]
     for opt, items in (("--network", cfg.networks), ("--cache-dir", cfg.cache_dirs), ("--bin-dir", cfg.bin_dirs)):
@@ -120,9 +123,11 @@ def parse(argv: Optional[list[str]] = None) -> ReconcileConfig:
     add_arguments(p)
     p.add_argument("--status-file", required=True)
     p.add_argument("--log-file", default=None)
+    p.add_argument("--hints-fd", type=int, default=-1)
     ns = p.parse_args(argv)
     cfg = from_args(ns)
     cfg.status_file = ns.status_file
     cfg.log_file = ns.log_file
+    cfg.hints_fd = ns.hints_fd
     cfg.validate()
     return cfg

@@ -27,6 +27,9 @@ class Counters:
     leaks_collected: int = 0
     leak_failures: int = 0
     cache_pruned: int = 0
+    uncached_found: int = 0  # containers holding our state with no cache entry, not listed by the runtime
+    uncached_collected: int = 0
+    uncached_failures: int = 0
     sweeps: int = 0
     last_sweep: float = 0.0  # unix time
     sweep_seconds: float = 0.0
@@ -92,6 +95,12 @@ def metric_lines(doc: Optional[dict], running: bool) -> list[str]:
          "cached config.", c.leaks_collected),
         ("cnichain_agent_reconcile_leak_failures_total", "counter", "Teardowns of leaked attachments that failed.",
          c.leak_failures),
+        ("cnichain_agent_reconcile_uncached_found_total", "counter", "Containers found holding state of our "
+         "plugins with no result-cache entry and not listed by the runtime.", c.uncached_found),
+        ("cnichain_agent_reconcile_uncached_collected_total", "counter", "Such containers whose state was removed "
+         "after the grace period.", c.uncached_collected),
+        ("cnichain_agent_reconcile_uncached_failures_total", "counter", "Removals of such state that failed.",
+         c.uncached_failures),
         ("cnichain_agent_reconcile_cache_pruned_total", "counter", "Stale result-cache files removed.",
          c.cache_pruned),
         ("cnichain_agent_reconcile_sweeps_total", "counter", "Full sweeps run.", c.sweeps),
@@ -136,6 +145,8 @@ def render_text(doc: dict) -> str:
         "repairs     " + (", ".join(f"{k} {n}" for k, n in sorted(c.repairs.items())) or "none"),
         f"leaks       found {c.leaks_found}, collected {c.leaks_collected}, failed {c.leak_failures}; "
         f"backoffs {c.backoffs}; cache files pruned {c.cache_pruned}",
+        f"uncached    found {c.uncached_found}, collected {c.uncached_collected}, failed {c.uncached_failures}"
+        + (f" ({doc['uncached_note']})" if doc.get("uncached_note") else ""),
     ]
     attachments = doc.get("attachments") or {}
     for att in sorted(attachments):
@@ -148,6 +159,9 @@ def render_text(doc: dict) -> str:
                 lines.append(f"      {p}: {v['detail']}")
     for item in doc.get("stale_cache") or []:
         lines.append(f"  stale cache entry {item.get('cache_file')}: {item.get('why')}, dead for {item.get('dead_for')} s")
+    for item in doc.get("uncached") or []:
+        lines.append(f"  no cache entry {item.get('attachment')}: {', '.join(item.get('held') or [])}, "
+                     f"for {item.get('uncached_for')} s")
     for key in doc.get("backing_off") or []:
         lines.append(f"  backing off: {key}")
     for p in doc.get("pools") or []:

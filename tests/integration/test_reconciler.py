@@ -96,14 +96,8 @@ def test_flushed_ruleset_and_deleted_qdiscs_come_back_from_the_plugins_own_state
         check=False).returncode == 0
 
 
-def test_state_never_seen_installed_is_left_alone_and_dry_run_changes_nothing(node, lab):
-    _pod, att, _result = node.pod("pod", 8081)
-    lab.run(lab.node, "nft", "flush", "ruleset")  # before any agent saw it: not known to be ours
-    with node.agent("--sweep-interval", "0.5", "--grace", "600"):
-        wait_for("a sweep", lambda: node.plugin_states(att).get("portmap") == "not-ours")
-        assert node.fetch(8080 + 1) == ""
-    lab.run(lab.node, "nft", "flush", "ruleset")
-    node.runtime.delete(node.conf, att)
+def test_dry_run_changes_nothing(node, lab):
+    # (State that is not ours is left alone: tests/integration/test_reconcile_early.py.)
     _pod, att, _result = node.pod("pod2", 8082)
     with node.agent("--reconcile", "dry-run", "--sweep-interval", "0.5", "--grace", "600") as agent:
         wait_for("the first sweep", lambda: all_ok(node, att))

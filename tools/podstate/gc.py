@@ -7,7 +7,11 @@ The plan is built first and printed; only ``--apply`` executes it.  Steps:
    and its cached CNI_ARGS and capability arguments, exactly as the runtime would have sent it;
 2. every network with a known conflist of cniVersion 1.1.0 gets a CNI GC whose valid attachments
    are the live ones: our plugins then drop state the cache never knew about (planted by a crashed
-   runtime, or left by a DEL that failed).  The plan lists that state, read as ``inspect`` does.
+   runtime, or left by a DEL that failed).  The plan lists that state, read as ``inspect`` does;
+3. with ``--runtime-endpoint`` (and no ``--valid``): state of our plugins that no cache entry
+   names, of containers the runtime does not list -- what a lost result cache leaves -- removed
+   through each plugin's own code (:mod:`.uncached`; the reconciler does the same after its grace
+   period).  Without the runtime's answer nobody can tell, and this step finds nothing.
 
 "Live" is the operator's ``--valid`` list when given; otherwise an attachment is live unless the
 namespace path its cache entry names is gone -- and, when the runtime was asked
@@ -29,6 +33,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from cnichain.common.version import at_least
 
 from cnichain.tools.podstate.cache import CacheEntry
+from cnichain.tools.podstate.uncached import Leak
 from cnichain.tools.podstate.view import ContainerView, NodeView
 
 if TYPE_CHECKING:
@@ -56,6 +61,9 @@ class Plan:
     deletions: list[Deletion] = field(default_factory=list)
     kept: list[tuple[CacheEntry, str]] = field(default_factory=list)
     collections: list[Collection] = field(default_factory=list)
+    uncached: list[Leak] = field(default_factory=list)  # state no cache entry names, of pods not listed
+    uncached_note: str = ""  # why that state was not looked for
+    node_netns: str = ""  # where that state is removed ("" the caller's namespace)
 
 
 def parse_valid(items: list[str]) -> list[tuple[str, str]]:
@@ -175,9 +183,14 @@ def render(plan: Plan, applied: Optional[list[str]] = None) -> str:
         lines.append(f"{verb}GC    {c.network} keeping {len(c.valid)} attachment(s)")
         for r in c.removes:
             lines.append(f"      removes {r}")
+    from cnichain.tools.podstate import uncached
+
+    lines += uncached.render(plan.uncached, verb) if applied is None else []
+    if plan.uncached_note:
+        lines.append(plan.uncached_note)
     if applied is not None:
         lines += applied
-    elif plan.deletions or any(not c.skipped for c in plan.collections):
+    elif plan.deletions or plan.uncached or any(not c.skipped for c in plan.collections):
         lines.append("dry run: nothing changed (use --apply)")
     else:
         lines.append("nothing to collect")
@@ -225,6 +238,16 @@ def execute(plan: Plan, runtime_for: Callable[[CacheEntry | None], Runtime]) -> 
         except (PluginFailed, ConfigError, OSError) as exc:
             ok = False
             out.append(f"GC failed for {c.network}: {exc}")
+    from cnichain.tools.podstate import uncached
+
+    from cnichain.tools.podstate.kernel import _in_netns
+
+    for leak in plan.uncached:
+        with _in_netns(plan.node_netns or None):
+            lines, done = uncached.collect(leak)
+        ok = ok and done
+        out.append(f"{'collected' if done else 'collecting failed for'} {leak.key} (no cache entry): "
+                   f"{'; '.join(lines)}")
     return out, ok
 
 
@@ -246,7 +269,7 @@ def run(conflist: str, valid: list[str], cache_dirs: list[str], bin_dirs: list[s
     if any(i and not cache_mod.valid_ifname(i) for _, i in pairs):
         raise ValueError("--valid: invalid interface name")
     conf_doc = ConfList.load(conflist).raw if conflist else None
-    entries = [e for d in cache_dirs for e in cache_mod.read_cache(d)]
+    entries = every_entry = [e for d in cache_dirs for e in cache_mod.read_cache(d)]
     if conf_doc is not None:
         entries = [e for e in entries if e.network == conf_doc.get("name")]
     listed = required_listing(runtime_endpoint)
@@ -254,6 +277,8 @@ def run(conflist: str, valid: list[str], cache_dirs: list[str], bin_dirs: list[s
                        node_netns=node_netns or None, listed=listed)
     node = view.collect(src, network=str(conf_doc.get("name")) if conf_doc else "")
     plan = build(entries, conf_doc, pairs if valid else None, node, listed)
+    _add_uncached(plan, node, listed, every_entry, str(conf_doc.get("name")) if conf_doc else "", bool(valid))
+    plan.node_netns = node_netns
     if not apply:
         return render(plan), True
     dirs = plugin_dirs(bin_dirs)
@@ -264,3 +289,19 @@ def run(conflist: str, valid: list[str], cache_dirs: list[str], bin_dirs: list[s
 
     lines, ok = execute(plan, runtime_for)
     return render(plan, lines), ok
+
+
+def _add_uncached(plan: Plan, node: NodeView, listed: Optional[set[str]], entries: list[CacheEntry],
+                  network: str, operator_valid: bool) -> None:
+    """State no cache entry names, of containers the runtime does not list (what the reconciler
+    collects after its grace period; here the operator decides).  Only with the runtime's listing:
+    without it nobody can tell a lost cache's pod from a live one."""
+    from cnichain.tools.podstate import uncached
+
+    if operator_valid:
+        return  # --valid drives the CNI GC of the networks; it says nothing about uncached state
+    if listed is None:
+        plan.uncached_note = "state with no cache entry: not looked for without --runtime-endpoint (cannot tell)"
+        return
+    leaks = uncached.find(node, listed, {e.container_id for e in entries})
+    plan.uncached = [lk for lk in leaks if not network or lk.network == network]
