@@ -17,6 +17,7 @@ import pytest
 from cnichain.node import install as installer
 from cnichain.tools.lab import Lab
 from cnichain.tools.runtime import Runtime
+from tests import required
 from tests.specver import ALL_VERSIONS, CHAINING_VERSIONS, CHECK_VERSIONS
 
 REFERENCE_DIR = os.environ.get("CNICHAIN_REFERENCE_DIR", "/usr/lib/cni")
@@ -93,8 +94,13 @@ def plugin_dir(tmp_path_factory: pytest.TempPathFactory, agent_socket: str) -> I
     same tests while proving nothing about the warm path, so each one is logged and fails the run.
     """
     path = str(tmp_path_factory.mktemp("cnibin"))
+    if agent_socket and required.under_run():
+        required.native_shim()  # warm under ./run means the production path: shim, then agent
     report = installer.install(path, agent_socket=agent_socket)
     assert not report.refused
+    if agent_socket and required.under_run():
+        with open(os.path.join(path, "bridge"), "rb") as fh:
+            assert fh.read(4) == b"\x7fELF", "the warm pass must run the native shim, not Python launchers"
     if not agent_socket:
         yield path
         return
@@ -128,9 +134,9 @@ def _note_cold_runs(bin_dir: str, log: str) -> None:
 
 @pytest.fixture(scope="session")
 def reference_dir() -> str:
-    """The reference Go plugins (Debian's containernetworking-plugins); tests skip without them."""
+    """The reference Go plugins (Debian's containernetworking-plugins, which ./run installs)."""
     if not os.path.isfile(os.path.join(REFERENCE_DIR, "bridge")):
-        pytest.skip(f"reference plugins not installed in {REFERENCE_DIR}")
+        required.missing(f"the reference plugins in {REFERENCE_DIR} (containernetworking-plugins)")
     return REFERENCE_DIR
 
 
@@ -139,16 +145,14 @@ REFERENCE_VERSIONS = ("1.1.1", "1.9.1")
 
 def reference_dir_of(version: str) -> str:
     """Debian 12's reference plugins (1.1.1, ``CNICHAIN_REFERENCE_DIR``) or sid's 1.9.1 that
-    ``./run`` unpacked (tools/debcache.py).  Skips when absent, except under ``./run`` (which
-    exports ``CNICHAIN_DEB_CACHE`` and fetches 1.9.1): there a missing reference fails."""
+    ``./run`` unpacked (tools/debcache.py); either missing fails under ``./run`` (tests/required.py)."""
     from cnichain.tools import debcache
 
     path = REFERENCE_DIR if version == "1.1.1" else debcache.reference_plugins_dir("sid")
     if path and os.path.isfile(os.path.join(path, "bridge")):
         return path
-    if version != "1.1.1" and os.environ.get("CNICHAIN_DEB_CACHE"):
-        pytest.fail(f"reference plugins {version} missing from {debcache.cache_dir()} (./run fetches them)")
-    pytest.skip(f"reference plugins {version} not available")
+    where = REFERENCE_DIR if version == "1.1.1" else debcache.cache_dir()
+    required.missing(f"the reference plugins {version} in {where}")
 
 
 @pytest.fixture(params=REFERENCE_VERSIONS, ids=[f"ref{v}" for v in REFERENCE_VERSIONS])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -116,6 +117,30 @@ def wait_for(predicate, timeout: float = 20.0) -> None:
 
 def ns_inode(path: str) -> int:
     return os.stat(path).st_ino
+
+
+def _gauge(text: str, series: str) -> int:
+    found = re.search(re.escape(series) + r" (\d+)$", text, re.M)
+    return int(found.group(1)) if found else 0
+
+
+def served_warm(agent, plugin: str, command: str) -> int:
+    """How many ``command`` requests of ``plugin`` the agent has run to an ok outcome, from its own
+    counters.  A cold fallback prints the same answer, so this is what proves a call was warm."""
+    return _gauge(agent.metrics(),
+                  f'cnichain_agent_requests_total{{plugin="{plugin}",command="{command}",outcome="ok"}}')
+
+
+def answered(agent) -> int:
+    """Every request the agent answered itself: run to any outcome, or rejected as invalid."""
+    text = agent.metrics()
+    runs = sum(int(n) for n in re.findall(r"^cnichain_agent_requests_total\{.*\} (\d+)$", text, re.M))
+    return runs + _gauge(text, "cnichain_agent_rejected_total")
+
+
+def workers(agent, state: str) -> int:
+    """How many long-lived workers of ``agent`` are in ``state`` (warming, idle, busy, retiring)."""
+    return _gauge(agent.metrics(), f'cnichain_agent_workers{{state="{state}"}}')
 
 
 def settled(agent) -> None:

@@ -15,8 +15,11 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:
     """The BuildReport of a tree built for the default prefix under a temp OUT (root only)."""
     import os
 
-    if os.geteuid() != 0 or not shutil.which("patchelf"):
-        pytest.skip("building a tree needs root and patchelf")
+    from tests import required
+
+    if os.geteuid() != 0:
+        pytest.skip("building a tree needs root")
+    required.command("patchelf")
     from cnichain.node.bundle.build import build
 
     out = tmp_path_factory.mktemp("bundle-out")

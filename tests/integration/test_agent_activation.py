@@ -8,7 +8,6 @@ the .socket unit does)."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -17,6 +16,7 @@ import sys
 import pytest
 
 from cnichain.agent import agent_command, fetch_metrics
+from tests import required
 from tests.integration.agent_setup import AGENT_ENV, PROBE, Setup, probe_conf, run, wait_for
 
 pytestmark = pytest.mark.integration
@@ -135,8 +135,8 @@ def test_a_socket_the_shims_do_not_use_stops_the_agent(setup):
     assert not os.path.exists(setup.sock)  # nothing half set up where the shims look
 
 
-@pytest.mark.skipif(not shutil.which("systemd-socket-activate"), reason="systemd-socket-activate not installed")
 def test_systemd_socket_activate_starts_the_agent_on_the_first_exec(setup, lab):
+    required.command("systemd-socket-activate", "systemd")
     argv = agent_command(setup.sock, "--plugin", PROBE, "--pool", "1")
     log = open(setup.sock + ".log", "ab")
     try:

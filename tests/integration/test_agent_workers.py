@@ -19,7 +19,7 @@ import shutil
 
 import pytest
 
-from tests.integration.agent_setup import Setup, finish, probe_conf, run, settled, start, wait_for
+from tests.integration.agent_setup import Setup, finish, probe_conf, run, settled, start, wait_for, workers
 
 pytestmark = pytest.mark.integration
 
@@ -54,11 +54,9 @@ def _scrub(data: bytes) -> bytes:
 
 
 def _ready_workers(agent, n: int) -> None:
-    """Wait until the agent has ``n`` workers done warming and idle, so a test's first request
-    finds one instead of forking its own.  The agent's own gauge says so: counting its children
-    would count the reconciler too, and a worker still warming at SCHED_IDLE on a loaded machine
-    can take far longer than a fixed wait."""
-    wait_for(lambda: f'cnichain_agent_workers{{state="idle"}} {n}' in agent.metrics(), timeout=120)
+    """Wait until the agent counts ``n`` idle workers (warmed, their "ready" received: its own
+    gauge), so a test's first request finds one instead of forking its own."""
+    wait_for(lambda: workers(agent, "idle") >= n, timeout=120)
 
 
 def _workers_of(log_path: str) -> list[str]:
@@ -253,7 +251,9 @@ def test_parallel_requests_beyond_the_idle_workers_get_new_ones_at_once_and_they
     with setup.agent("--pool", "1") as agent:
         _ready_workers(agent, 1)
         for batch in range(2):
-            procs = [start(setup.warm, "probe", "ADD", probe_conf(setup, sleep=0.5), CNI_CONTAINERID=f"b{batch}x{i}")
+            # Each handler holds its worker for 3 s: five shims started together on a loaded machine
+            # all reach the agent well inside that, so only a queue could keep one from overlapping.
+            procs = [start(setup.warm, "probe", "ADD", probe_conf(setup, sleep=3.0), CNI_CONTAINERID=f"b{batch}x{i}")
                      for i in range(5)]
             assert [finish(p)[0] for p in procs] == [0] * 5
             settled(agent)  # each worker reports DONE just after its shim has the answer

@@ -17,6 +17,7 @@ from cnichain.node.bundle import executables, layout
 from cnichain.node.install import PLUGINS
 from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR as HOST_LOCAL_DATA_DIR
 from cnichain.plugins.portmap import names as pm_names
+from tests import required
 from tests.emptyroot import run_in_root
 
 pytestmark = pytest.mark.integration
@@ -145,7 +146,7 @@ def test_executables_are_native_shims_falling_back_to_the_trees_launchers(bundle
     """When the tree carries the shim, each executable is that shim, configured with the tree's
     launcher at its final path under the prefix as its cold fallback (and the launcher is there)."""
     if executables.tree_shim(bundle.tree) is None:
-        pytest.skip("the native shim was not built (no compiler where ./run ran)")
+        required.missing("the native shim in the tree (shim/build.sh, run by ./run)")
     bin_out = os.path.join(bundle.out, PREFIX.lstrip("/"), "bin")
     for plugin_type in PLUGINS:
         with open(os.path.join(bin_out, plugin_type), "rb") as fh:

@@ -79,10 +79,20 @@ def test_errors_are_cni_json(plugin_dir, plugin, case, env, stdin, code, msg):
     assert "Traceback" not in out + err
 
 
-@pytest.mark.parametrize("plugin", META)
+SUPPORTED = [(p, v) for p in META for v in ALL if at_least(v, MIN_VERSION.get(p, "0.1.0"))]
+BELOW_MIN = [(p, v) for p in META for v in ALL if not at_least(v, MIN_VERSION.get(p, "0.1.0"))]
+
+
+@pytest.mark.parametrize("plugin,cni_version", BELOW_MIN)
+def test_meta_plugin_refuses_a_version_below_its_minimum(lab, plugin_dir, plugin, cni_version):
+    conf = {"cniVersion": cni_version, "name": "contract", "type": plugin, "prevResult": PREV}
+    code, out, err = _run(plugin_dir, plugin, "ADD", conf, lab=lab, netns=lab.netns("pod"))
+    assert code == 1 and json.loads(out)["code"] == 1, out + err
+    assert json.loads(out)["msg"].startswith("incompatible CNI versions"), out
+
+
+@pytest.mark.parametrize("plugin,cni_version", SUPPORTED)
 def test_meta_plugin_passes_prev_result_and_dels_twice(lab, plugin_dir, plugin, cni_version):
-    if not at_least(cni_version, MIN_VERSION.get(plugin, "0.1.0")):
-        pytest.skip(f"{plugin} does not support {cni_version}")
     pod = lab.netns("pod")
     # a real interface for the plugins that look at it
     lab.run(lab.node, "ip", "link", "add", "vethdeadbeef", "type", "veth", "peer", "name", "eth0", "netns", os.path.basename(pod))

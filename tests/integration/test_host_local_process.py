@@ -23,6 +23,7 @@ from typing import Optional
 import pytest
 
 import cnichain.common
+from tests import required
 from tests.specver import (
     REFERENCE_PLUGIN_VERSIONS,
     assert_check_refused,
@@ -49,8 +50,7 @@ def ours(module_path):
 def reference(any_reference):
     """The reference host-local, 1.1.1 and 1.9.1 in turn (same on-disk format in both)."""
     binary = os.path.join(any_reference[1], "host-local")
-    if not os.access(binary, os.X_OK):
-        pytest.skip(f"reference host-local not installed at {binary}")
+    required.executable(binary, "the reference host-local")
     return lambda *a, **kw: run([binary], "", *a, **kw)
 
 

@@ -133,13 +133,19 @@ def test_host_ip_answers_only_on_that_address(lab, node, chained_version):
 
 
 def _sctp_supported(lab) -> bool:
-    probe = "import socket; socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_SCTP)"
-    return lab.run(lab.node, "python3", "-c", probe, check=False).returncode == 0
+    """Whether this kernel makes an SCTP socket: refused with EPROTONOSUPPORT means no
+    CONFIG_IP_SCTP (False); any other failure of the probe fails the test."""
+    probe = ("import errno, socket, sys\n"
+             "try:\n    socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_SCTP)\n"
+             "except OSError as exc:\n    sys.exit(3 if exc.errno == errno.EPROTONOSUPPORT else 4)\n")
+    code = lab.run(lab.node, "python3", "-c", probe, check=False).returncode
+    assert code in (0, 3), f"the SCTP probe failed otherwise (exit {code})"
+    return code == 0
 
 
 def test_sctp(lab, node, chained_version):
     if not _sctp_supported(lab):
-        pytest.skip("this kernel has no SCTP")
+        pytest.skip("this kernel has no SCTP (CONFIG_IP_SCTP; socket() fails with EPROTONOSUPPORT)")
     runtime, client = node
     conf = bridge_conflist(lab, version=chained_version, dual=False)
     pod = lab.netns("pod")

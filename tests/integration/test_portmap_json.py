@@ -35,7 +35,8 @@ _APPLY = (
 def apply(lab, commands: list[dict]) -> str:
     """Apply one transaction in the lab's node namespace; '' when accepted, else libnftables' report."""
     proc = lab.run(lab.node, sys.executable, "-c", _APPLY, check=False, input=json.dumps(commands))
-    assert proc.returncode in (0, 1), proc.stderr
+    assert proc.returncode in (0, 1), proc.stderr  # 1: refused, with libnftables' report printed
+    assert (proc.returncode == 0) == (proc.stdout.strip() == ""), (proc.returncode, proc.stdout)
     return proc.stdout.strip()
 
 

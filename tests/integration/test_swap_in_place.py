@@ -21,6 +21,7 @@ import pytest
 from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common import reference_rules
 from cnichain.plugins.bandwidth.config import ifb_name
+from tests.conftest import reference_dir_of
 from tests.integration.portmap_traffic import CLIENT4, CLIENT6, NODE4, NODE6, fetch, serve, wait_no_tentative
 
 pytestmark = pytest.mark.integration
@@ -88,11 +89,13 @@ def client(lab):
     return ns
 
 
-@pytest.mark.parametrize("backend", ["iptables", "nftables"])
-def test_reference_pods_are_torn_down_by_our_del(lab, client, make_runtime, plugin_dir, any_reference, backend):
-    version, ref_dir = any_reference
-    if backend == "nftables" and version == "1.1.1":
-        pytest.skip("1.1.1 has no nftables backend")
+# Every reference with every portmap backend it has (1.1.1 has no nftables backend).
+REFERENCE_BACKENDS = [("1.1.1", "iptables"), ("1.9.1", "iptables"), ("1.9.1", "nftables")]
+
+
+@pytest.mark.parametrize("version,backend", REFERENCE_BACKENDS, ids=[f"ref{v}-{b}" for v, b in REFERENCE_BACKENDS])
+def test_reference_pods_are_torn_down_by_our_del(lab, client, make_runtime, plugin_dir, version, backend):
+    ref_dir = reference_dir_of(version)
     conf = conflist(lab, nft=backend == "nftables")
     reference = make_runtime([ref_dir])
     ours = make_runtime([plugin_dir, ref_dir])  # the same cache: libcni's, handed over with the node

@@ -27,6 +27,7 @@ import pytest
 from cnichain.agent.control import fetch_metrics
 from cnichain.node.bundle import image, layout
 from cnichain.node.install import conflists_dir
+from tests import required
 
 from .containerd import Containerd, Release, start_with_cri
 from .cri_client import CriClient
@@ -53,8 +54,10 @@ class NodeImage:
 
 def build_node_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeImage]:
     """The cnichain image in a private podman storage (tree built once); removed afterwards."""
-    if os.geteuid() != 0 or not shutil.which("podman") or not shutil.which("patchelf"):
-        pytest.skip("needs root, podman and patchelf")
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    required.command("podman")
+    required.command("patchelf")
     from cnichain.node.bundle.build import build
 
     out = str(tmp_path_factory.mktemp("e2e-tree"))
@@ -62,7 +65,7 @@ def build_node_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeI
     podman = image.podman_argv(storage)
     try:
         if subprocess.run([*podman, "info"], capture_output=True, timeout=120).returncode != 0:
-            pytest.skip("podman cannot work here")
+            required.missing("a working podman ('podman info' failed)")
         build(out, layout.DEFAULT_PREFIX)
         report = image.build_image(os.path.join(out, "cnichain.tar"), tag="localhost/cnichain:e2e",
                                    storage=storage, built=out)
@@ -107,7 +110,7 @@ def node_dirs(node: Node) -> tuple[str, str]:
     """
     assert node.node_run("findmnt", "-n", "-o", "FSTYPE", "/opt").stdout.strip() == "tmpfs"
     if not os.path.isdir(NODE_CONF_DIR):
-        pytest.skip(f"{NODE_CONF_DIR} is missing (it comes with Debian's podman)")
+        required.missing(f"{NODE_CONF_DIR} (it comes with Debian's podman)")
     node.node_run("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", NODE_CONF_DIR)
     return NODE_BIN_DIR, NODE_CONF_DIR
 

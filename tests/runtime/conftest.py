@@ -15,6 +15,7 @@ from typing import Iterator
 import pytest
 
 from cnichain.tools.containerd_node import ocimage
+from tests import required
 
 from . import bundlenode, cri_stubs
 from .containerd import LOG_NAME, RELEASES, Containerd, Release, start_with_cri
@@ -65,10 +66,7 @@ def containerd_release(request: pytest.FixtureRequest) -> Release:
     """
     release: Release = request.param
     if release.bin_dir() is None or not os.path.isfile(release.binary("containerd")):
-        message = f"{release.label} is not unpacked (./run tests fetches it)"
-        if "CNICHAIN_DEB_CACHE" in os.environ:
-            pytest.fail(message)
-        pytest.skip(message)
+        required.missing(f"{release.label} (unpacked by ./run tests)")
     return release
 
 

@@ -10,17 +10,20 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import tarfile
 
 import pytest
 
 from cnichain.tools.containerd_node import ocimage
+from tests import required
 
-pytestmark = [
-    pytest.mark.runtime,
-    pytest.mark.skipif(not os.path.exists(ocimage.BUSYBOX), reason="busybox-static not installed"),
-]
+pytestmark = pytest.mark.runtime
+
+
+@pytest.fixture(autouse=True)
+def _busybox() -> None:
+    """busybox-static is a package ./run installs: missing fails under ./run."""
+    required.executable(ocimage.BUSYBOX, "busybox-static")
 
 
 def _blob(tar: tarfile.TarFile, desc: dict) -> bytes:

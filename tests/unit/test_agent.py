@@ -16,6 +16,7 @@ import struct
 import subprocess
 import sys
 import threading
+from typing import Optional
 
 import pytest
 
@@ -180,26 +181,56 @@ def test_shim_imports_only_the_bare_minimum():
 # -- the shim against a scripted agent ---------------------------------------------------------------
 
 
+_STARTED: list["FakeAgent"] = []
+
+
 class FakeAgent:
-    """Accepts one connection and plays ``script`` (a function of the connected socket)."""
+    """Accepts one connection and plays ``script`` (a function of the connected socket).
+
+    The script runs in a thread, so its own checks cannot fail the test directly: its exception is
+    kept and raised by :meth:`done`, which the ``_fakes_report`` fixture calls after every test.
+    """
 
     def __init__(self, path: str, script) -> None:
         self.path = path
         self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.srv.bind(path)
         self.srv.listen(1)
+        self.srv.settimeout(30)
         self.seen: list[bytes] = []
+        self.kinds: list[int] = []  # message kinds read, in order: an after-GO case proves GO came
+        self.error: Optional[BaseException] = None
+        self.finished = False
         self.thread = threading.Thread(target=self._serve, args=(script,), daemon=True)
         self.thread.start()
+        _STARTED.append(self)
 
     def _serve(self, script) -> None:
-        conn, _ = self.srv.accept()
+        try:
+            conn, _ = self.srv.accept()
+        except OSError as exc:
+            self.error = exc
+            self.srv.close()
+            return
         conn.settimeout(5)
         try:
             script(self, conn)
+            self.finished = True
+        except BaseException as exc:  # noqa: B036 - raised in the test by done()
+            self.error = exc
         finally:
             conn.close()
             self.srv.close()
+
+    def done(self) -> list[int]:
+        """Wait for the script to end; raise what it raised; the kinds it read."""
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "the fake agent's script did not end"
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise AssertionError(f"the fake agent's script failed: {error!r}") from error
+        assert self.finished
+        return self.kinds
 
     def read_message(self, conn) -> tuple[int, bytes]:
         head = b""
@@ -209,11 +240,24 @@ class FakeAgent:
                 raise EOFError
             head += chunk
         _, kind, length = shim.parse_header(head)
+        self.kinds.append(kind)
         body = b""
         while len(body) < length:
-            body += conn.recv(length - len(body))
+            chunk = conn.recv(length - len(body))
+            if not chunk:
+                raise EOFError
+            body += chunk
         self.seen.append(body)
         return kind, body
+
+
+@pytest.fixture(autouse=True)
+def _fakes_report():
+    """Every fake agent a test started is joined after it, and its script's failure fails it."""
+    yield
+    started, _STARTED[:] = list(_STARTED), []
+    for fake in started:
+        fake.done()
 
 
 def _ack(conn, ms: int = 5000) -> None:
@@ -298,8 +342,9 @@ def test_connection_lost_after_go_means_cold(sock_path):
         fake.read_message(conn)
         conn.sendall(shim.encode_result(0, b"partial", b"")[:15])  # dies mid-answer
 
-    FakeAgent(sock_path, script)
+    fake = FakeAgent(sock_path, script)
     assert _exchange(sock_path)[:2] == (None, b'{"name":"n"}')
+    assert fake.done() == [shim.REQUEST, shim.GO]  # cold after GO, not a fallback before it
 
 
 def test_unknown_message_kind_means_cold(sock_path):

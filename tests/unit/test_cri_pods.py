@@ -9,8 +9,7 @@ from cnichain.tools.containerd_node import cri_pods
 
 @pytest.fixture(scope="module")
 def pb2(tmp_path_factory):
-    pytest.importorskip("grpc_tools")
-    from tests.runtime import cri_stubs
+    from tests.runtime import cri_stubs  # grpcio-tools: a test extra ./run installs; missing fails
 
     return cri_stubs.generate(str(tmp_path_factory.mktemp("cri-stubs")))[0]
 

@@ -42,7 +42,9 @@ def _read_request(conn: socket.socket) -> None:
     """Consume the client's preface and frames up to its DATA frame that ends stream 1."""
     buf = b""
     while len(buf) < len(grpc_unary.PREFACE):
-        buf += conn.recv(4096)
+        chunk = conn.recv(4096)
+        assert chunk, "client closed before its preface was complete"
+        buf += chunk
     buf = buf[len(grpc_unary.PREFACE):]
     while True:
         while len(buf) < 9 or len(buf) < 9 + int.from_bytes(buf[:3], "big"):

@@ -10,6 +10,7 @@ import pytest
 from cnichain.common.version import parse as parse_version
 from cnichain.plugins.host_local.plugin import PLUGIN
 from cnichain.plugins.host_local.kernel import TEMP_PREFIX
+from tests import required
 from tests.helpers import dispatch
 
 
@@ -180,23 +181,41 @@ def test_status_ok_on_a_fresh_node_creates_nothing(tmp_path):
     assert not (tmp_path / "not-yet").exists()
 
 
-def test_status_reads_only_the_data_dir(tmp_path):
+def test_status_reads_only_the_data_dir(tmp_path, monkeypatch):
     """Keys STATUS does not need never fail it, however wrong (ADD reports those)."""
     c = conf(tmp_path, "1.1.0", [[{"subnet": "not-a-subnet"}]], routes="bad", resolvConf=7)
     assert dispatch(PLUGIN, "STATUS", c) == (0, None)
     c["ipam"] = "nonsense"  # not even an object: the default dataDir is probed
-    assert dispatch(PLUGIN, "STATUS", c)[0] in (0, 1)
+    from cnichain.plugins.host_local import config as hl_config
+
+    monkeypatch.setattr(hl_config, "DEFAULT_DATA_DIR", str(tmp_path / "default"))
+    assert dispatch(PLUGIN, "STATUS", c) == (0, None)  # creatable: its parent is a writable dir
+    (tmp_path / "default").write_text("x")  # now the default is a file: the probe must find it
+    code, out = dispatch(PLUGIN, "STATUS", c)
+    assert code == 1 and out["code"] == 50 and f"{tmp_path / 'default'} is not a directory" in out["msg"], out
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through mode 0500")
 def test_status_fails_on_an_unwritable_store(tmp_path):
+    """A store of mode 0500, probed by the plugin as a process.  Root writes through any mode with
+    CAP_DAC_OVERRIDE, so as root the plugin runs without it (setpriv), as an owner like any other."""
+    import json
+    import subprocess
+    import sys
+
     netdir(tmp_path).mkdir()
     netdir(tmp_path).chmod(0o500)
+    argv = [sys.executable, "-m", "cnichain.plugins.host_local"]
+    if os.geteuid() == 0:
+        caps = "-dac_override,-dac_read_search"
+        argv = [required.command("setpriv", "util-linux"), f"--bounding-set={caps}", f"--inh-caps={caps}", *argv]
     try:
-        code, out = dispatch(PLUGIN, "STATUS", conf(tmp_path, "1.1.0"))
+        proc = subprocess.run(argv, input=json.dumps(conf(tmp_path, "1.1.0")).encode(), capture_output=True,
+                              env={**os.environ, "CNI_COMMAND": "STATUS", "CNI_PATH": "/nonexistent"}, timeout=60)
     finally:
         netdir(tmp_path).chmod(0o700)
-    assert code == 1 and out["code"] == 50 and "not writable" in out["msg"], out
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 1 and out["code"] == 50 and "not writable (Permission denied)" in out["msg"], out
+    assert os.listdir(netdir(tmp_path)) == []  # the probe left nothing
 
 
 def test_status_fails_when_the_store_cannot_be_created(tmp_path):

@@ -12,8 +12,7 @@ from cnichain.common.kernel_errors import KernelError, NftError, errno_of, failu
 from cnichain.common.rollback import Rollback
 from tests.helpers import dispatch
 
-pyroute2_exceptions = pytest.importorskip("pyroute2.netlink.exceptions")
-NetlinkError = pyroute2_exceptions.NetlinkError
+from pyroute2.netlink.exceptions import NetlinkError  # noqa: E402 - a dependency, never skipped
 
 
 def test_netlink_error_is_caught_and_worded_as_go():

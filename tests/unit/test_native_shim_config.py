@@ -17,10 +17,17 @@ import pytest
 from cnichain.node import install as inst
 from cnichain.node import native_shim
 from cnichain.agent import launcher_target
+from tests import required
 
 SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shim",
                       "cnichain-shim.c")
-needs_binary = pytest.mark.skipif(native_shim.built_binary() is None, reason="native shim not built (shim/build.sh)")
+needs_binary = pytest.mark.usefixtures("built_shim")
+
+
+@pytest.fixture
+def built_shim() -> str:
+    """The native shim ./run built; missing fails under ./run (tests/required.py)."""
+    return required.native_shim()
 
 
 def test_block_layout_matches_the_c_source():

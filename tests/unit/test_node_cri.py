@@ -11,8 +11,7 @@ from cnichain.node import cri
 
 @pytest.fixture(scope="module")
 def pb2(tmp_path_factory):
-    pytest.importorskip("grpc_tools")
-    from tests.runtime import cri_stubs
+    from tests.runtime import cri_stubs  # grpcio-tools: a test extra ./run installs; missing fails
 
     return cri_stubs.generate(str(tmp_path_factory.mktemp("cri-stubs")))[0]
 
@@ -74,7 +73,7 @@ def test_list_pod_sandbox_response_is_decoded(pb2):
 @pytest.fixture
 def grpc_runtime(tmp_path):
     """A real gRPC server (grpcio) on a unix socket answering ListPodSandbox with what a test sets."""
-    grpc = pytest.importorskip("grpc")
+    import grpc  # a test extra ./run installs
     from concurrent import futures
 
     answer: dict = {}

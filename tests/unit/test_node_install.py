@@ -15,6 +15,7 @@ import pytest
 from cnichain.node.bundle import layout
 from cnichain.node import atomic, installer
 from cnichain.node.state import NodeState
+from tests import required
 
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "data", "corpus")
 
@@ -186,9 +187,7 @@ def test_a_tree_carrying_the_native_shim_installs_it_with_the_trees_launcher_as_
     from cnichain.node import native_shim
     from cnichain.node.bundle import executables
 
-    binary = native_shim.built_binary()
-    if binary is None:
-        pytest.skip("the native shim was not built")
+    binary = required.native_shim()
     src = fake_tree(tmp_path, "dddddddddddddddd")
     os.makedirs(os.path.dirname(os.path.join(src, executables.SHIM_REL)), exist_ok=True)
     shutil.copyfile(binary, os.path.join(src, executables.SHIM_REL))
@@ -213,9 +212,7 @@ def test_chained_shims_forward_as_the_plugin_type_and_fall_back_by_their_own_nam
     from cnichain.node import native_shim
     from cnichain.node.bundle import executables
 
-    binary = native_shim.built_binary()
-    if binary is None:
-        pytest.skip("the native shim was not built")
+    binary = required.native_shim()
     with open(binary, "rb") as fh:
         shim = fh.read()
     plan = executables.planned("/opt/cni", "/opt/cni/bin", installer.launcher_names("chain"), "/run/a.sock", shim)

@@ -26,6 +26,7 @@ import pytest
 from cnichain.node import native_shim
 from cnichain.agent import decode_request, error_result
 from cnichain.common import shim
+from tests import required
 
 PYTHON = os.path.realpath(sys.executable)  # the real interpreter: uid 65534 may not enter a venv
 KNOWN = {"probe": object()}
@@ -61,9 +62,7 @@ class Shim:
         if not os.path.exists(cold):
             _write(cold, f"#!{PYTHON} -IS\n{COLD_BODY}".encode())
         if kind == "native":
-            binary = native_shim.built_binary()
-            if binary is None:
-                pytest.skip("the native shim is not built (shim/build.sh)")
+            binary = required.native_shim()
             with open(binary, "rb") as fh:
                 data = native_shim.configure(fh.read(), native_shim.ShimConfig("probe", sock, cold))
             _write(self.exe, data)
@@ -101,7 +100,9 @@ class FakeAgent:
         self.requests: list[bytes] = []
         self.accepted = 0
         self.release = threading.Event()  # ends a script that plays dead
-        self.errors: list[BaseException] = []
+        self.errors: list[BaseException] = []  # raised by close(): a script's failure fails the test
+        self.kinds: list[int] = []  # every message kind read, in order (GO arriving is proven here)
+        self.finished = 0  # scripts that ran to their end
         self.thread = threading.Thread(target=self._serve, args=(script, connections), daemon=True)
         self.thread.start()
 
@@ -117,7 +118,8 @@ class FakeAgent:
             conn.settimeout(20)
             try:
                 script(self, conn)
-            except (OSError, EOFError, AssertionError) as exc:
+                self.finished += 1
+            except BaseException as exc:  # noqa: B036 - handed to the test by close()
                 self.errors.append(exc)
             finally:
                 conn.close()
@@ -125,16 +127,23 @@ class FakeAgent:
     def read_message(self, conn: socket.socket) -> tuple[int, bytes]:
         head = _recv(conn, shim.HEADER_SIZE)
         version, kind, length = shim.parse_header(head)
-        assert version == shim.VERSION
+        assert version == shim.VERSION, f"the shim speaks protocol {version}, not {shim.VERSION}"
+        self.kinds.append(kind)
         body = _recv(conn, length)
         if kind == shim.REQUEST:
             self.requests.append(body)
         return kind, body
 
     def close(self) -> None:
+        """Stop serving; the first failure of a script (an assertion of its own, the shim hanging
+        up early) is raised here, so a fake's check can fail the test that started it."""
         self.release.set()
         self.thread.join(30)
         self.srv.close()
+        assert not self.thread.is_alive(), "the fake agent's script did not end"
+        if self.errors:
+            errors, self.errors = self.errors, []
+            raise AssertionError(f"the fake agent's script failed: {errors[0]!r}") from errors[0]
 
 
 def _recv(conn: socket.socket, n: int) -> bytes:
@@ -216,6 +225,13 @@ def agent(sock: str) -> Iterator[Callable[..., FakeAgent]]:
         fake.close()
 
 
+def exchanged(fake: FakeAgent, *kinds: int) -> None:
+    """The shim's side of the exchange was exactly ``kinds`` and the script ran to its end (so an
+    after-GO case proves GO arrived instead of passing through the cold fallback before it)."""
+    fake.close()
+    assert fake.kinds == list(kinds) and fake.finished == 1
+
+
 def expect_cold(got: tuple[int, bytes, bytes], stdin: bytes = STDIN, **env: Optional[str]) -> None:
     full = {k: v for k, v in {**BASE_ENV, **env}.items() if v is not None}
     assert got == cold_output(stdin, full)
@@ -294,8 +310,9 @@ def test_agent_socket_env_redirects(the_shim, agent, folder):
 
 def test_a_refusal_runs_cold_with_the_stdin_already_read(the_shim, agent):
     big = STDIN + b" " * (1 << 20)  # more than a pipe holds: the replay must not block
-    agent(after_request(shim.header(shim.REFUSED, 4) + b"busy"))
+    fake = agent(after_request(shim.header(shim.REFUSED, 4) + b"busy"))
     expect_cold(the_shim.run(big), big)
+    exchanged(fake, shim.REQUEST)
 
 
 def test_agent_not_accepting_with_a_full_backlog_runs_cold(the_shim, sock):
@@ -326,23 +343,27 @@ def test_agent_closing_at_accept_runs_cold(the_shim, agent):
 
 
 def test_agent_closing_before_ack_runs_cold(the_shim, agent):
-    agent(after_request(b""))
+    fake = agent(after_request(b""))
     expect_cold(the_shim.run())
+    exchanged(fake, shim.REQUEST)
 
 
 def test_agent_silent_before_ack_runs_cold_after_the_timeout(the_shim, agent):
-    agent(after_request(b"", wait=True))
+    fake = agent(after_request(b"", wait=True))
     expect_cold(the_shim.run())  # after shim.ACK_TIMEOUT, bounded by the run's own timeout
+    exchanged(fake, shim.REQUEST)
 
 
 def test_worker_gone_after_go_runs_cold(the_shim, agent):
-    agent(after_request(b"", go=True))
+    fake = agent(after_request(b"", go=True))
     expect_cold(the_shim.run())
+    exchanged(fake, shim.REQUEST, shim.GO)
 
 
 def test_answer_cut_short_after_go_runs_cold_and_prints_none_of_it(the_shim, agent):
-    agent(after_request(shim.encode_result(0, b'{"cniVersion": "1.0.0"}', b"")[:20], go=True))
+    fake = agent(after_request(shim.encode_result(0, b'{"cniVersion": "1.0.0"}', b"")[:20], go=True))
     expect_cold(the_shim.run())
+    exchanged(fake, shim.REQUEST, shim.GO)
 
 
 GARBAGE = {
@@ -359,13 +380,15 @@ GARBAGE = {
 @pytest.mark.parametrize("name", sorted(GARBAGE))
 @pytest.mark.parametrize("after_go", [False, True], ids=["before-ack", "after-go"])
 def test_malformed_frames_run_cold(the_shim, agent, name, after_go):
-    agent(after_request(GARBAGE[name], go=after_go))
+    fake = agent(after_request(GARBAGE[name], go=after_go))
     expect_cold(the_shim.run())
+    exchanged(fake, *([shim.REQUEST, shim.GO] if after_go else [shim.REQUEST]))
 
 
 def test_a_refusal_after_go_runs_cold(the_shim, agent):
-    agent(after_request(shim.header(shim.REFUSED, 0), go=True))
+    fake = agent(after_request(shim.header(shim.REFUSED, 0), go=True))
     expect_cold(the_shim.run())
+    exchanged(fake, shim.REQUEST, shim.GO)
 
 
 # -- the native shim's own checks -------------------------------------------------------------------
@@ -385,9 +408,7 @@ def test_native_shim_refuses_an_unsafe_or_missing_cold_launcher(folder, sock):
 
 
 def test_native_shim_unconfigured_is_a_cni_error(folder):
-    binary = native_shim.built_binary()
-    if binary is None:
-        pytest.skip("the native shim is not built (shim/build.sh)")
+    binary = required.native_shim()
     exe = os.path.join(folder, "raw")
     shutil.copy(binary, exe)
     proc = subprocess.run([exe], input=b"", env=BASE_ENV, capture_output=True, timeout=60)
@@ -442,15 +463,14 @@ int main(int argc, char **argv) {
 
 def test_native_shim_replays_stdin_through_a_pipe_without_memfd(folder, sock, agent):
     """Where memfd_create is missing the shim feeds the cold path through a pipe: same bytes."""
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler for the seccomp helper")
+    cc = required.command("gcc", "the C compiler ./run installs for the native shim")
     src, helper = os.path.join(folder, "nomemfd.c"), os.path.join(folder, "nomemfd")
     with open(src, "w") as fh:
         fh.write(NO_MEMFD_C)
     subprocess.run([cc, "-o", helper, src], check=True, capture_output=True, timeout=120)
     the_shim = Shim("native", folder, sock)
     big = STDIN + b" " * (1 << 20)  # far more than a pipe buffer: the feeder must not deadlock
-    agent(after_request(shim.header(shim.REFUSED, 0)))
+    fake = agent(after_request(shim.header(shim.REFUSED, 0)))
     proc = subprocess.run([helper, the_shim.exe], input=big, env=BASE_ENV, capture_output=True, timeout=60)
     expect_cold((proc.returncode, proc.stdout, proc.stderr), big)
+    exchanged(fake, shim.REQUEST)
