@@ -23,7 +23,15 @@ with our DEL, leaving nothing of theirs behind.  The reference tags its objects 
 Shared chains and tables (``CNI-HOSTPORT-*``, ``cni_hostport``'s base chains) stay, as the
 reference leaves them: other containers' rules may still use them.  :func:`plan` is pure;
 :func:`remove` lists and applies through :mod:`.nft` (the node's libnftables, no ``iptables``
-process and no shell).  Rules of iptables-legacy (x_tables) are invisible to nftables and out of
+process and no shell).
+
+Every lookup is of one chain by its name (``list chain F T C``: libnftables fetches that chain
+alone, or learns from the table list that it cannot be there), so its cost does not grow with
+anyone else's ruleset, ours or kube-proxy's.  No table is listed whole, and ``list tables`` is
+never used: libnftables 1.0.6 (Debian 12) fills its whole cache for it -- every rule and set
+element of every table -- which made each of our DELs slower the more pods we mapped.  On a node
+the reference never ran on, a portmap DEL costs ten such look-ups (~0.05 ms each).
+Rules of iptables-legacy (x_tables) are invisible to nftables and out of
 reach here; docs/operating.md says so.
 """
 
@@ -47,20 +55,29 @@ MASQ_TABLE = ("inet", "cni_plugins_masquerade")
 MASQ_CHAIN = "masq_checks"
 SPOOF_TABLE = ("bridge", "nat")
 SPOOF_CHAIN_PREFIX = "cni-br-iface-"
+# The chains the reference jumps to its per-container chains from.
+PORTMAP_ENTRY_CHAINS = ("CNI-HOSTPORT-DNAT", "CNI-HOSTPORT-SNAT")
+MASQ_ENTRY_CHAINS = ("POSTROUTING",)
+SPOOF_ENTRY_CHAINS = ("PREROUTING",)
+
+
+def _sha512_hex(data: bytes) -> str:
+    """SHA-512 in hex through the interpreter's own implementation: ``hashlib`` loads OpenSSL
+    (~9 ms per exec here), and every DEL hashes its chain names to look them up."""
+    try:
+        from _sha512 import sha512  # CPython 3.11 (the builtin module hashlib falls back on)
+    except ImportError:  # pragma: no cover - 3.12 renamed it
+        from hashlib import sha512
+    return sha512(data).hexdigest()
 
 
 def iptables_chain(network: str, container_id: str, prefix: str = "") -> str:
     """``utils.MustFormatChainNameWithPrefix(network, containerID, prefix)``."""
-    import hashlib  # ~9 ms: only once a table of the reference is there (see plan)
-
-    digest = hashlib.sha512((network + container_id).encode()).hexdigest()
-    return (CHAIN_PREFIX + prefix + digest)[:MAX_CHAIN_LENGTH]
+    return (CHAIN_PREFIX + prefix + _sha512_hex((network + container_id).encode()))[:MAX_CHAIN_LENGTH]
 
 
 def _hash16(text: str) -> str:
-    import hashlib
-
-    return hashlib.sha512(text.encode()).hexdigest()[:16]
+    return _sha512_hex(text.encode())[:16]
 
 
 def masq_comment_prefix(network: str, ifname: str, container_id: str) -> str:
@@ -70,19 +87,24 @@ def masq_comment_prefix(network: str, ifname: str, container_id: str) -> str:
 
 class Target:
     """What to remove for one container: per-container chains in iptables-nft tables, and rules
-    picked by comment in the reference's own nftables tables.  Both are computed only when
-    :func:`plan` found one of those tables (hashing costs an import on every DEL otherwise)."""
+    picked by comment in the reference's own nftables chains.
 
-    __slots__ = ("chain_tables", "chains", "commented")
+    ``entries`` are the chains the reference jumps to a per-container chain from
+    (``CNI-HOSTPORT-DNAT``, ``POSTROUTING``...), read by name next to the container's chains
+    when one of those is there.  The table itself -- kube-proxy's thousands of rules in ``ip nat``
+    -- is listed only when a jump from somewhere else made the kernel refuse the deletion (see
+    :func:`remove`)."""
+
+    __slots__ = ("chains", "entries", "commented")
 
     def __init__(
         self,
-        chain_tables: Iterable[tuple[str, str]],
         chains: Callable[[], list[tuple[str, str, str]]],
+        entries: Iterable[str],
         commented: Iterable[tuple[str, str, tuple[str, ...], Callable[[], Callable[[str], bool]]]] = (),
     ) -> None:
-        self.chain_tables = frozenset(chain_tables)  # where ``chains`` can be
         self.chains = chains  # -> [(family, table, chain name)]
+        self.entries = tuple(entries)  # the chains that jump to them
         self.commented = tuple(commented)  # (family, table, chains, -> comment predicate)
 
 
@@ -94,7 +116,7 @@ def portmap_target(network: str, container_id: str) -> Target:
     def is_container(comment: str) -> bool:
         return comment == container_id
 
-    return Target(IPTABLES_NAT, chains,
+    return Target(chains, PORTMAP_ENTRY_CHAINS,
                   [(fam, table, HOSTPORT_CHAINS, lambda: is_container) for fam, table in HOSTPORT_TABLES])
 
 
@@ -107,14 +129,14 @@ def masquerade_target(network: str, container_id: str, ifname: str) -> Target:
         prefix = masq_comment_prefix(network, ifname, container_id)
         return lambda comment: comment.startswith(prefix)
 
-    return Target(IPTABLES_NAT, chains, [(MASQ_TABLE[0], MASQ_TABLE[1], (MASQ_CHAIN,), predicate)])
+    return Target(chains, MASQ_ENTRY_CHAINS, [(MASQ_TABLE[0], MASQ_TABLE[1], (MASQ_CHAIN,), predicate)])
 
 
 def spoof_check_target(container_id: str, ifname: str) -> Target:
     """bridge's ``macspoofchk``: chains ``cni-br-iface-<id>-<ifname>`` and its ``-mac`` chain in
     ``bridge nat``, jumped to from ``PREROUTING`` (what the reference's own teardown deletes)."""
     iface = f"{SPOOF_CHAIN_PREFIX}{container_id}-{ifname}"
-    return Target((SPOOF_TABLE,), lambda: [(*SPOOF_TABLE, iface), (*SPOOF_TABLE, iface + "-mac")])
+    return Target(lambda: [(*SPOOF_TABLE, iface), (*SPOOF_TABLE, iface + "-mac")], SPOOF_ENTRY_CHAINS)
 
 
 def _rules(listing: list[dict]) -> list[dict]:
@@ -153,28 +175,39 @@ def comment_deletions(table_listing: list[dict], chains: tuple[str, ...], match:
             if r.get("chain") in chains and isinstance(r.get("comment"), str) and match(r["comment"])]
 
 
-def plan(target: Target, list_cmd: Callable[[str], Optional[list[dict]]]) -> list[dict]:
+def _chains(list_cmd: Callable[[str], Optional[list[dict]]], family: str, table: str, names: Iterable[str]) -> list[dict]:
+    """The listings of those of the named chains that exist, one after another."""
+    out: list[dict] = []
+    for name in names:
+        out += list_cmd(f"list chain {family} {table} {name}") or ()
+    return out
+
+
+def plan(target: Target, list_cmd: Callable[[str], Optional[list[dict]]], whole_tables: bool = False) -> list[dict]:
     """The deletions for ``target``, reading the kernel only through ``list_cmd`` (an nft
     ``list ...`` command returning its JSON objects, None when the object does not exist).
 
-    One ``list tables`` first: on a node the reference never ran on, that is all it costs.
+    Only chains are read, each by its name: the container's own first, and only when one of
+    those is there, the entry chains that jump to them (``whole_tables``: the whole table, for a
+    jump from elsewhere).  On a node the reference never ran on, every look-up finds nothing.
     """
-    tables = {(o["table"]["family"], o["table"]["name"]) for o in list_cmd("list tables") or () if "table" in o}
     out: list[dict] = []
     by_table: dict[tuple[str, str], set[str]] = {}
-    chains = target.chains() if tables & target.chain_tables else []
-    for family, table, name in chains:
-        if (family, table) in tables:
-            by_table.setdefault((family, table), set()).add(name)
+    for family, table, name in target.chains():
+        by_table.setdefault((family, table), set()).add(name)
     for (family, table), names in sorted(by_table.items()):
-        # the chain alone first: the whole nat table can be large (kube-proxy) and is read
-        # only when one of this container's chains is really there
-        if not any(list_cmd(f"list chain {family} {table} {name}") is not None for name in sorted(names)):
-            continue
-        out += chain_deletions(list_cmd(f"list table {family} {table}") or [], family, table, names)
+        mine = _chains(list_cmd, family, table, sorted(names))
+        if not mine:
+            continue  # none of this container's chains: the usual case, and no more reads
+        if whole_tables:
+            listing = list_cmd(f"list table {family} {table}") or []
+        else:
+            listing = _chains(list_cmd, family, table, target.entries) + mine
+        out += chain_deletions(listing, family, table, names)
     for family, table, chain_names, predicate in target.commented:
-        if (family, table) in tables:
-            out += comment_deletions(list_cmd(f"list table {family} {table}") or [], chain_names, predicate())
+        listing = _chains(list_cmd, family, table, chain_names)
+        if listing:
+            out += comment_deletions(listing, chain_names, predicate())
     return out
 
 
@@ -185,14 +218,16 @@ def present(target: Target) -> bool:
 
 
 def remove(target: Target, what: str) -> list[dict]:
-    """Delete what :func:`plan` finds in one transaction; listed again and retried once when the
-    kernel changed in between.  Returns the commands applied (empty: nothing was there)."""
-    for attempt in (1, 2):
-        commands = plan(target, nft.list_ruleset)
+    """Delete what :func:`plan` finds in one transaction.  When the kernel refuses it (the ruleset
+    changed in between, or a chain is still jumped to from a chain that is not one of the
+    target's entries), the whole tables involved are listed and it is tried once more.  Returns
+    the commands applied (empty: nothing was there)."""
+    for whole_tables in (False, True):
+        commands = plan(target, nft.list_ruleset, whole_tables)
         try:
             nft.apply(commands, what)
             return commands
         except NftError:
-            if attempt == 2:
+            if whole_tables:
                 raise
     return []

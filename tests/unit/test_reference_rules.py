@@ -46,15 +46,16 @@ def test_chain_deletions_remove_references_then_the_chain():
     assert rr.chain_deletions(listing, "ip", "nat", {"CNI-absent"}) == []
 
 
-def test_plan_reads_only_what_exists():
+def test_plan_reads_only_the_reference_chains_by_name():
     calls = []
     listings = {
-        "list tables": [{"table": {"family": "ip", "name": "cni_hostport"}}],
-        "list table ip cni_hostport": [
+        "list chain ip cni_hostport hostports": [
+            _chain("hostports", table="cni_hostport"),
             _rule("hostports", 3, comment="c1", table="cni_hostport"),
             _rule("hostports", 4, comment="c10", table="cni_hostport"),
+        ],
+        "list chain ip cni_hostport masquerading": [
             _rule("masquerading", 9, comment="c1", table="cni_hostport"),
-            _rule("prerouting", 2, comment="c1", table="cni_hostport"),  # not one of the reference's per-pod chains
         ],
     }
 
@@ -64,27 +65,76 @@ def test_plan_reads_only_what_exists():
 
     out = rr.plan(rr.portmap_target("n", "c1"), list_cmd)
     assert [c["delete"]["rule"]["handle"] for c in out] == [3, 9]
-    assert calls == ["list tables", "list table ip cni_hostport"]  # no nat table: no chain lookups, no hashing
+    dn, sn = rr.iptables_chain("n", "c1", "DN-"), rr.iptables_chain("n", "c1", "SN-")
+    # none of the container's nat chains: no entry chain is read; of cni_hostport only its per-pod chains
+    assert calls == [
+        f"list chain ip nat {dn}", f"list chain ip nat {sn}", f"list chain ip6 nat {dn}", f"list chain ip6 nat {sn}",
+        "list chain ip cni_hostport hostports", "list chain ip cni_hostport hostip_hostports",
+        "list chain ip cni_hostport masquerading",
+        "list chain ip6 cni_hostport hostports", "list chain ip6 cni_hostport hostip_hostports",
+        "list chain ip6 cni_hostport masquerading",
+    ]
 
 
-def test_plan_on_a_node_without_reference_tables_lists_once():
+def test_plan_never_lists_a_table_or_the_ruleset_on_a_node_without_the_reference():
     calls = []
-    assert rr.plan(rr.masquerade_target("n", "c1", "eth0"), lambda c: calls.append(c) or []) == []
-    assert calls == ["list tables"]
+
+    def absent(cmd):
+        calls.append(cmd)
+        return None
+
+    for target in (rr.portmap_target("n", "c1"), rr.masquerade_target("n", "c1", "eth0"),
+                   rr.spoof_check_target("c1", "eth0")):
+        assert rr.plan(target, absent) == []
+    assert calls and all(c.startswith("list chain ") for c in calls), calls
+
+
+def test_plan_reads_the_entry_chains_not_the_table_unless_asked():
+    mine = rr.iptables_chain("n", "c1", "DN-")
+    listings = {
+        f"list chain ip nat {mine}": [_chain(mine), _rule(mine, 8, [{"accept": None}])],
+        "list chain ip nat CNI-HOSTPORT-DNAT": [
+            _chain("CNI-HOSTPORT-DNAT"), _rule("CNI-HOSTPORT-DNAT", 5, [{"jump": {"target": mine}}])],
+        "list table ip nat": [
+            _chain("CNI-HOSTPORT-DNAT"), _chain("KUBE-X"), _chain(mine),
+            _rule("CNI-HOSTPORT-DNAT", 5, [{"jump": {"target": mine}}]),
+            _rule("KUBE-X", 6, [{"goto": {"target": mine}}])],
+    }
+    calls = []
+
+    def list_cmd(cmd):
+        calls.append(cmd)
+        return listings.get(cmd)
+
+    handles = lambda out: [c["delete"]["rule"]["handle"] for c in out if "rule" in c.get("delete", {})]  # noqa: E731
+    assert handles(rr.plan(rr.portmap_target("n", "c1"), list_cmd)) == [5]
+    assert "list table ip nat" not in calls
+    # the kernel refused (a jump from elsewhere): remove() plans again over the whole table
+    assert handles(rr.plan(rr.portmap_target("n", "c1"), list_cmd, whole_tables=True)) == [5, 6]
 
 
 def test_spoof_check_chains_and_their_prerouting_jump():
     iface = "cni-br-iface-c1-eth0"
-    listing = [
-        _chain("PREROUTING", "bridge"), _chain(iface, "bridge"), _chain(iface + "-mac", "bridge"),
-        _chain("cni-br-iface-c2-eth0", "bridge"),
-        _rule("PREROUTING", 4, [{"jump": {"target": iface}}], family="bridge"),
-        _rule("PREROUTING", 5, [{"jump": {"target": "cni-br-iface-c2-eth0"}}], family="bridge"),
-        _rule(iface, 6, [{"jump": {"target": iface + "-mac"}}], family="bridge"),
-    ]
-    listings = {"list tables": [{"table": {"family": "bridge", "name": "nat"}}],
-                f"list chain bridge nat {iface}": [], "list table bridge nat": listing}
+    listings = {
+        f"list chain bridge nat {iface}": [_chain(iface, "bridge"),
+                                           _rule(iface, 6, [{"jump": {"target": iface + "-mac"}}], family="bridge")],
+        f"list chain bridge nat {iface}-mac": [_chain(iface + "-mac", "bridge")],
+        "list chain bridge nat PREROUTING": [
+            _chain("PREROUTING", "bridge"),
+            _rule("PREROUTING", 4, [{"jump": {"target": iface}}], family="bridge"),
+            _rule("PREROUTING", 5, [{"jump": {"target": "cni-br-iface-c2-eth0"}}], family="bridge"),
+        ],
+    }
     out = rr.plan(rr.spoof_check_target("c1", "eth0"), listings.get)
     assert out[0] == {"delete": {"rule": {"family": "bridge", "table": "nat", "chain": "PREROUTING", "handle": 4}}}
     assert [list(c)[0] + " " + c[list(c)[0]]["chain"]["name"] for c in out[1:]] == [
         f"flush {iface}", f"delete {iface}", f"flush {iface}-mac", f"delete {iface}-mac"]
+
+
+def test_chain_names_need_no_openssl():
+    import subprocess
+    import sys
+
+    code = ("import sys; from cnichain.common import reference_rules as rr; rr.iptables_chain('n', 'c');"
+            "rr.masq_comment_prefix('n', 'eth0', 'c'); print(int('_hashlib' in sys.modules))")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "0"
