@@ -6,10 +6,11 @@ just raise.  Codes are the spec's well-known numbers plus libcni's 8 and 999.
 
 from __future__ import annotations
 
-from enum import IntEnum
 
+class Code:
+    """The codes as plain ints: an ``IntEnum`` imports ``enum`` and with it ``functools`` and
+    ``collections`` on every plugin exec, for names nothing prints."""
 
-class Code(IntEnum):
     UNKNOWN = 0
     INCOMPATIBLE_VERSION = 1
     UNSUPPORTED_FIELD = 2

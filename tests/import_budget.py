@@ -11,6 +11,10 @@ ALWAYS_FORBIDDEN = ("typer", "click", "rich", "cnichain.cli", "logging")
 HEAVY = ("pyroute2", "nftables")
 # Stdlib conveniences that cost 1-9 ms of import each on a 2-core node (benchmarks/README.md).
 CONVENIENCE = ("dataclasses", "inspect", "typing", "contextlib", "socket", "hashlib", "_hashlib")
+# The json package and re (which imports enum, functools and collections): ~3-4 ms a cold exec
+# spends for nothing, since common/leanjson.py drives json's own C scanner and the names are checked
+# without re.  Forbidden where nothing else needs them (tuning, host-local; enum everywhere lean).
+PARSING = ("json", "re", "enum")
 
 
 def imported_modules(

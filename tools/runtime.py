@@ -22,7 +22,7 @@ from cnichain.common import atomic
 from cnichain.common import netns as netns_mod
 from cnichain.common.errors import CniError
 from cnichain.common.invoke import error_from_output, find_plugin
-from cnichain.common.skel import NAME_RE
+from cnichain.common.skel import valid_name
 from cnichain.common.version import at_least
 
 
@@ -69,7 +69,7 @@ class ConfList:
             # A single-plugin .conf: wrap it the way libcni's ConfListFromConf does.
             data = {"cniVersion": data.get("cniVersion", ""), "name": data.get("name", ""), "plugins": [data]}
         name = data.get("name")
-        if not isinstance(name, str) or not NAME_RE.match(name):
+        if not isinstance(name, str) or not valid_name(name):
             raise ConfigError(f"{source}: missing or invalid network 'name'")
         plugins = data.get("plugins")
         if not isinstance(plugins, list) or not plugins:

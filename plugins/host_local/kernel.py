@@ -25,7 +25,7 @@ from cnichain.common.errors import plugin_error
 from cnichain.common.goip import parse_ip
 from cnichain.common.kernel_errors import KernelError
 from cnichain.common.record import FrozenRecord
-from cnichain.common.skel import NAME_RE as _NAME_RE
+from cnichain.common.skel import valid_name
 
 
 TYPE_CHECKING = False
@@ -77,7 +77,7 @@ class DiskStore:
     """Reservations of one network.  Methods other than :meth:`locked` expect the lock held."""
 
     def __init__(self, data_dir: str, network: str) -> None:
-        if not _NAME_RE.match(network):
+        if not valid_name(network):
             raise plugin_error(f"invalid network name {network!r}")
         self.dir = os.path.join(data_dir, network)
 
@@ -89,7 +89,7 @@ class DiskStore:
 
     # -- allocation ---------------------------------------------------------------------------
     def reserve(self, container_id: str, ifname: str, ip: IP, range_id: str) -> bool:
-        if not _NAME_RE.match(container_id.strip()) or LINE_BREAK in ifname:
+        if not valid_name(container_id.strip()) or LINE_BREAK in ifname:
             raise plugin_error("invalid characters in containerID or ifname")
         target = self._path(str(ip))
         tmp = self._write_temp((container_id.strip() + LINE_BREAK + ifname).encode())
@@ -270,7 +270,7 @@ def store_unwritable(data_dir: str, network: str) -> Optional[str]:
     stays (the probe file has the temporary prefix the next lock holder sweeps anyway)."""
     from cnichain.common.health import unwritable_reason
 
-    directory = os.path.join(data_dir, network) if _NAME_RE.match(network) else data_dir
+    directory = os.path.join(data_dir, network) if valid_name(network) else data_dir
     return unwritable_reason(directory, f"{TEMP_PREFIX}status-{os.getpid()}")
 
 

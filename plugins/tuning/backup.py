@@ -10,8 +10,9 @@ Pure apart from reading the file: writing it is :mod:`.kernel`'s job.
 
 from __future__ import annotations
 
-import json
 import os
+
+from cnichain.common import leanjson
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (typing costs milliseconds per exec)
@@ -38,7 +39,7 @@ def load(path: str) -> Optional[dict]:
     """The backup at ``path``; None when there is none; {} when it is unreadable garbage."""
     try:
         with open(path, "rb") as fh:
-            data = json.loads(fh.read())
+            data = leanjson.loads(fh.read())
     except FileNotFoundError:
         return None
     except (OSError, ValueError):

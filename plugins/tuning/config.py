@@ -11,11 +11,10 @@ start with ``net``, and have no empty, ``.`` or ``..`` segment and no ``/``; the
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 
-from cnichain.common import gojson
+from cnichain.common import gojson, leanjson
 from cnichain.common.cniargs import parse_cni_args
 from cnichain.common.errors import CniError, config_error, plugin_error
 from cnichain.common.record import FrozenRecord
@@ -149,7 +148,7 @@ def _pairs_hook(pairs: list[tuple[str, Any]]) -> _Pairs:
 def check_duplicate_sysctl_keys(stdin: bytes) -> None:
     """The reference rejects a ``sysctl`` object that names a key twice (a plain dict hides it)."""
     try:
-        top = json.loads(stdin, object_pairs_hook=_pairs_hook)
+        top = leanjson.loads(stdin, object_pairs_hook=_pairs_hook)
     except (ValueError, UnicodeDecodeError):
         return  # the skeleton already reported undecodable input
     if not isinstance(top, _Pairs):

@@ -12,10 +12,9 @@ crash never leaves a half-written backup that DEL would misread.
 
 from __future__ import annotations
 
-import json
 import os
 
-from cnichain.common import atomic, sysctl
+from cnichain.common import atomic, leanjson, sysctl
 from cnichain.common.errors import CniError, plugin_error
 from cnichain.common.kernel_errors import KernelError, reported_as
 from cnichain.common.record import FrozenRecord
@@ -138,7 +137,7 @@ def save_backup(path: str, data: dict) -> None:
     except OSError as exc:
         raise plugin_error(f"failed to create backup directory: {exc.strerror}: {directory}") from None
     try:
-        atomic.write_file(path, json.dumps(data, indent=1, sort_keys=True).encode(), 0o600)
+        atomic.write_file(path, leanjson.dumps(data, indent=1, sort_keys=True).encode(), 0o600)
     except OSError as exc:
         raise plugin_error(f"failed to save file {os.path.basename(path)}: {exc.strerror}") from None
 

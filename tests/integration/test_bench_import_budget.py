@@ -1,7 +1,8 @@
 """The lean cold paths that need a real namespace: no pyroute2 where no netlink is needed.
 
 Companion of tests/unit/test_import_budget.py for the paths a unit test cannot reach without root:
-tuning with only sysctls (ADD, CHECK, DEL in a real pod namespace), portmap with port mappings
+tuning with only sysctls (ADD, CHECK, DEL in a real pod namespace; not even the json package or
+re), portmap with port mappings
 (its nftables work, inside the lab's node namespace), and the default chain's ADD and DEL, whose
 netlink goes over plain rtnetlink.
 """
@@ -13,7 +14,7 @@ import os
 
 import pytest
 
-from tests.import_budget import ALWAYS_FORBIDDEN, CONVENIENCE, explain, imported_modules, offenders
+from tests.import_budget import ALWAYS_FORBIDDEN, CONVENIENCE, PARSING, explain, imported_modules, offenders
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +36,7 @@ def test_tuning_sysctls_only_never_loads_pyroute2(lab, plugin_dir, tmp_path):
     for command in ("ADD", "CHECK", "DEL", "DEL"):
         code, mods, out = imported_modules(launcher, _env(command, pod), json.dumps(conf).encode(), prefix)
         assert code == 0, out
-        bad = offenders(mods, ALWAYS_FORBIDDEN + CONVENIENCE + ("pyroute2", "nftables"))
+        bad = offenders(mods, ALWAYS_FORBIDDEN + CONVENIENCE + PARSING + ("pyroute2", "nftables"))
         assert not bad, f"tuning {command} imported {bad}; {explain(mods)}"
         if command == "ADD":  # the sysctl really was written in the pod (ours restores it on DEL)
             assert lab.run(pod, "cat", "/proc/sys/net/core/somaxconn").stdout.strip() == "512"

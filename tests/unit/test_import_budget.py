@@ -30,10 +30,11 @@ import sys
 import pytest
 
 from cnichain.node import install as installer
-from tests.import_budget import ALWAYS_FORBIDDEN, CONVENIENCE, HEAVY, explain, imported_modules, offenders
+from tests.import_budget import ALWAYS_FORBIDDEN, CONVENIENCE, HEAVY, PARSING, explain, imported_modules, offenders
 
 AVAILABLE = installer.available_plugins()
 LEAN_PLUGINS = ("host-local", "tuning", "route-override", "portmap")
+LEANEST = ("host-local", "tuning")  # no json package, no re (tests/import_budget.py PARSING)
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +70,7 @@ def _check(launcher: str, env: dict, stdin: bytes, forbidden: tuple[str, ...], e
 @pytest.mark.parametrize("plugin_type", sorted(AVAILABLE))
 def test_version_is_lean(launchers: str, plugin_type: str) -> None:
     forbidden = ALWAYS_FORBIDDEN + HEAVY + (CONVENIENCE if plugin_type in LEAN_PLUGINS else ())
+    forbidden += PARSING if plugin_type in LEANEST else ()
     mods = _check(os.path.join(launchers, plugin_type), {"CNI_COMMAND": "VERSION"}, b"", forbidden, 0)
     # The plugin's own effects modules are not needed to print the supported versions either.
     assert "subprocess" not in mods or "cnichain.common.invoke" in mods, explain(mods)
@@ -102,10 +104,10 @@ def test_host_local_never_loads_netlink(launchers: str, tmp_path, version: str) 
     stdin = json.dumps(conf).encode()
     code, mods, out = imported_modules(launcher, _env("ADD"), stdin)
     assert code == 0, out
-    assert not offenders(mods, ALWAYS_FORBIDDEN + HEAVY + CONVENIENCE), explain(mods)
+    lean = ALWAYS_FORBIDDEN + HEAVY + CONVENIENCE + PARSING
+    assert not offenders(mods, lean), explain(mods)
     assert "subprocess" not in mods, "host-local has nothing to exec; " + explain(mods)
     prev = json.loads(out)
-    lean = ALWAYS_FORBIDDEN + HEAVY + CONVENIENCE
     _check(launcher, _env("CHECK"), json.dumps(dict(conf, prevResult=prev)).encode(), lean, 0)
     for _ in range(2):
         _check(launcher, _env("DEL"), json.dumps(dict(conf, prevResult=prev)).encode(), lean, 0)
@@ -135,7 +137,7 @@ def test_tuning_sysctl_only_del_with_netns_gone_loads_no_netlink(launchers: str,
     conf = {"cniVersion": "1.0.0", "name": "budget", "type": "tuning", "dataDir": str(tmp_path / "tuning"),
             "sysctl": {"net.core.somaxconn": "500"}}
     _check(os.path.join(launchers, "tuning"), _env("DEL"), json.dumps(conf).encode(),
-           ALWAYS_FORBIDDEN + HEAVY + CONVENIENCE, 0)
+           ALWAYS_FORBIDDEN + HEAVY + CONVENIENCE + PARSING, 0)
 
 
 def test_importtime_parser_sees_heavy_modules() -> None:

@@ -13,7 +13,7 @@ import json
 import os
 from typing import Any, Optional
 
-from cnichain.common.skel import NAME_RE
+from cnichain.common.skel import valid_name
 from cnichain.common.version import ALL as KNOWN_VERSIONS
 from cnichain.common.version import parse as parse_version
 
@@ -187,7 +187,7 @@ class _Linter:
         if name is None or name == "":
             self.add(ERROR, "missing network name", key="name", fix='add "name": "<network>"')
             return "lint"
-        if not isinstance(name, str) or not NAME_RE.match(name):
+        if not isinstance(name, str) or not valid_name(name):
             self.add(ERROR, "invalid characters found in network name", key="name",
                      fix="use letters, digits, '_', '.' and '-' (starting with a letter or digit)")
             return "lint"

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from cnichain.common.skel import NAME_RE
+from cnichain.common.skel import valid_name
 
 LIBCNI_CACHE_DIR = "/var/lib/cni"
 RUNNER_CACHE_DIR = "/var/lib/cnichain/cache"
@@ -51,7 +51,7 @@ class CacheEntry:
 
 def valid_id(text: Any) -> bool:
     """A container ID or network name as libcni accepts them (also safe as a file name part)."""
-    return isinstance(text, str) and bool(NAME_RE.match(text)) and len(text) <= 1024
+    return isinstance(text, str) and valid_name(text) and len(text) <= 1024
 
 
 def valid_ifname(text: Any) -> bool:
