@@ -39,7 +39,7 @@ _NAME_REST = _NAME_FIRST | frozenset("_.-")
 
 
 def valid_name(text: str) -> bool:
-    """libcni's ``^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`` (Go's ``$``: the end of the text, so a trailing
+    """libcni's ``^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`` (Go's ``$``: the end of the text, so a trailing
     newline is refused too), for container IDs and network names; checked without ``re``, whose
     import (with ``enum``) costs every exec milliseconds."""
     return bool(text) and text[0] in _NAME_FIRST and all(ch in _NAME_REST for ch in text)
