@@ -62,6 +62,11 @@ def portmap_table_exists(lab) -> bool:
     return lab.run(lab.node, "nft", "list", "table", portmap_names.FAMILY, portmap_names.TABLE, check=False).returncode == 0
 
 
+def pod_tbf(lab, netns: str, ifname: str = "eth0") -> bool:
+    """A TBF at the root of the pod's interface: where bandwidth's default layout shapes egress."""
+    return "tbf" in lab.run(netns, "tc", "qdisc", "show", "dev", ifname, "root").stdout
+
+
 def tbf_on_host_veth(lab, result: dict) -> bool:
     veth = next(i["name"] for i in result["interfaces"] if not i.get("sandbox") and i["name"].startswith("veth"))
     return "tbf" in lab.run(lab.node, "tc", "qdisc", "show", "dev", veth).stdout
@@ -79,7 +84,7 @@ def test_default_chain_under_crio(lab, make_runtime, version):
     results = {p.sandbox_id: c.run_pod(p) for p in (ingress, egress)}  # ADD, then a silent CHECK
     assert not portmap_table_exists(lab), "no portMappings from CRI-O: portmap must change nothing"
     assert tbf_on_host_veth(lab, results[ingress.sandbox_id])
-    assert any(link.startswith("ifb ") for link in footprint(lab)["links"])  # egress shaping
+    assert pod_tbf(lab, egress.netns)  # egress shaping: bandwidth's default layout shapes it on the pod's eth0
     for p in (ingress, egress):
         lab.run(p.netns, "ping", "-c1", "-W2", "10.22.0.1")
     before = footprint(lab)
@@ -164,7 +169,8 @@ def test_gc_keeps_every_live_pod_and_the_next_add_never_reuses_a_live_ip(lab, ma
     assert len(live_ips) == 3
     before = footprint(lab)
     assert len([x for x in before["nft"] if f'"table": "{MASQ_TABLE}"' in x]) == 3 and len(before["reservations"]) == 3
-    assert len([x for x in before["links"] if x.startswith("ifb ")]) == 3
+    assert len([x for x in before["qdiscs"] if x.startswith("tbf ")]) == 3  # into each live pod
+    assert all(pod_tbf(lab, att.netns) for att in live)  # out of each live pod
 
     stale = Attachment("stale-main", lab.netns("s1"), "eth0", capability_args=containerd_caps(7))
     stale_other = Attachment("stale-other", lab.netns("s2"), "eth0", capability_args=containerd_caps(8))
@@ -175,6 +181,7 @@ def test_gc_keeps_every_live_pod_and_the_next_add_never_reuses_a_live_ip(lab, ma
     assert runtime.gc_network_list(other, other_valid) == []  # another network name first
     assert runtime.gc_network_list(main, [(a.container_id, a.ifname) for a in live]) == []
     assert difference(before, footprint(lab)) == {}
+    assert all(pod_tbf(lab, att.netns) for att in live)
     for att in live:
         lab.run(att.netns, "ping", "-c1", "-W2", "10.22.0.1")
 
