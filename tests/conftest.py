@@ -86,7 +86,9 @@ def agent_socket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     folder = tmp_path_factory.mktemp("agent")
     os.chmod(folder, 0o700)
-    with running_agent(os.path.join(str(folder), "agent.sock")) as agent:
+    # Its reconciler stays off: it would act on the lab's pods (a test's deliberate damage
+    # repaired, a namespace it checks kept alive) -- the reconciler's own tests run it on purpose.
+    with running_agent(os.path.join(str(folder), "agent.sock"), args=("--reconcile", "off")) as agent:
         yield agent.socket_path
 
 

@@ -51,10 +51,23 @@ class Lab:
         return os.path.join(NETNS_DIR, name)
 
     def delete_netns(self, path_or_name: str) -> None:
+        """Delete a namespace as a runtime does, and wait (bounded) until no process is inside it.
+
+        The kernel destroys a namespace, and the veth pairs in it, only once nothing holds it: a
+        warm worker that has just answered may still be inside for a moment on its way home, so
+        what a test checks next would otherwise race with that.
+        """
         name = os.path.basename(path_or_name)
+        try:
+            inode = os.stat(os.path.join(NETNS_DIR, name)).st_ino
+        except OSError:
+            inode = 0
         _ip("netns", "del", name, check=False)
         if name in self.namespaces:
             self.namespaces.remove(name)
+        deadline = time.monotonic() + 10
+        while inode and _entered(inode) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def run(self, ns: str, *argv: str, check: bool = True, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
         """Run ``argv`` inside namespace ``ns`` (name or path)."""
@@ -182,3 +195,33 @@ def iperf_rate(server: list[str], client: list[str], server_ip: str, reverse: bo
         except subprocess.TimeoutExpired:
             srv.kill()
             srv.wait()
+
+
+def _entered(inode: int) -> bool:
+    """Whether any thread of any process is in the network namespace with this nsfs inode, or
+    holds it open (a namespace descriptor passed along with a request)."""
+    mark = f"net:[{inode}]"
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                if os.readlink(f"/proc/{pid}/task/{tid}/ns/net") == mark:
+                    return True
+            except OSError:
+                continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == mark:
+                    return True
+            except OSError:
+                continue
+    return False
