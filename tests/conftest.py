@@ -62,11 +62,12 @@ def pytest_collection_modifyitems(config: Any, items: list) -> None:
 
 def _keep_what_runs_plugins(config: Any, items: list) -> None:
     """The warm pass deselects the integration tests that never exec a plugin from ``plugin_dir``
-    (images, bundles, the bench, the agent's own harnesses): they would run exactly as in the cold
-    pass, so only the tests whose plugins the session agent serves run twice."""
+    (images, bundles, the bench, the agent's own harnesses) or are about the cold exec itself
+    (marker ``cold_path``): they would run exactly as in the cold pass, so only the tests whose
+    plugins the session agent serves run twice."""
     keep, drop = [], []
     for item in items:
-        runs_plugins = "plugin_dir" in getattr(item, "fixturenames", ())
+        runs_plugins = "plugin_dir" in getattr(item, "fixturenames", ()) and "cold_path" not in item.keywords
         (keep if runs_plugins or "integration" not in item.keywords else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)

@@ -16,7 +16,7 @@ import pytest
 
 from tests.import_budget import ALWAYS_FORBIDDEN, CONVENIENCE, PARSING, explain, imported_modules, offenders
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cold_path]
 
 
 def _env(command: str, netns: str) -> dict:
