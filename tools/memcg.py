@@ -50,7 +50,7 @@ class MemCgroup:
     ``cpus`` is given, a CFS quota of that many CPUs."""
 
     def __init__(self, limit: int, cpus: Optional[float] = None, name: str = "") -> None:
-        self.name = name or PREFIX + uuid.uuid4().hex[:10]
+        self.name = name or f"{_own_prefix()}{uuid.uuid4().hex[:10]}"
         self.v2 = is_v2()
         if self.v2:
             self.memory = self.cpu = os.path.join(ROOT, self.name)
@@ -152,13 +152,19 @@ class MemCgroup:
         self.close()
 
 
+def _own_prefix() -> str:
+    """The name prefix of the cgroups this process makes: another process's (a test suite running
+    alongside) are never taken for our leftovers."""
+    return f"{PREFIX}{os.getpid()}-"
+
+
 def leftover_cgroups() -> list[str]:
-    """Test cgroups that still exist (a cleanup that failed)."""
+    """Test cgroups this process made that still exist (a cleanup that failed)."""
     roots = [ROOT] if is_v2() else [os.path.join(ROOT, "memory"), os.path.join(ROOT, "cpu,cpuacct")]
     out = []
     for root in roots:
         try:
-            out += [os.path.join(root, n) for n in os.listdir(root) if n.startswith(PREFIX)]
+            out += [os.path.join(root, n) for n in os.listdir(root) if n.startswith(_own_prefix())]
         except OSError:
             pass
     return out
