@@ -173,11 +173,12 @@ def add_ingress_qdisc(host: Any, index: int) -> None:
         raise KernelError.of(exc, "create ingress qdisc") from None
 
 
-def add_redirect(host: Any, index: int, ifb_index: int) -> None:
-    """Match-all u32 filter on ``ffff:`` redirecting every packet to the IFB's egress."""
+def add_redirect(host: Any, index: int, ifb_index: int, parent: int = INGRESS_HANDLE) -> None:
+    """Match-all u32 filter under ``parent`` (the ingress qdisc's ``ffff:`` by default)
+    redirecting every packet to the IFB's egress."""
     try:
         host.rtnl.request(tc.RTM_NEWTFILTER, rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL,
-                          tc.u32_redirect(index, INGRESS_HANDLE, FILTER_PRIO, ETH_P_ALL, FLOWID, ifb_index))
+                          tc.u32_redirect(index, parent, FILTER_PRIO, ETH_P_ALL, FLOWID, ifb_index))
     except failures() as exc:
         raise KernelError.of(exc, "add filter") from None
 
@@ -383,11 +384,7 @@ def add_clsact(ns: Any, index: int) -> bool:
 
 def add_pod_redirect(ns: Any, index: int, ifb_index: int) -> None:
     """The match-all redirect to the IFB, on clsact's ingress hook of link ``index``."""
-    try:
-        ns.rtnl.request(tc.RTM_NEWTFILTER, rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL,
-                        tc.u32_redirect(index, CLSACT_INGRESS, FILTER_PRIO, ETH_P_ALL, FLOWID, ifb_index))
-    except failures() as exc:
-        raise KernelError.of(exc, "add filter") from None
+    add_redirect(ns, index, ifb_index, CLSACT_INGRESS)
 
 
 def filter_redirects(ns: Any, index: int, parent: int) -> list[tuple[int, str, list[int]]]:
