@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 NETNS_DIR = "/run/netns"
+NETNS_TEARDOWN_SECONDS = 10  # the bound on waiting for the kernel to destroy a deleted namespace
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -51,23 +52,35 @@ class Lab:
         return os.path.join(NETNS_DIR, name)
 
     def delete_netns(self, path_or_name: str) -> None:
-        """Delete a namespace as a runtime does, and wait (bounded) until no process is inside it.
+        """Delete a namespace as a runtime does, and wait (bounded) until the kernel has destroyed it.
 
         The kernel destroys a namespace, and the veth pairs in it, only once nothing holds it: a
-        warm worker that has just answered may still be inside for a moment on its way home, so
-        what a test checks next would otherwise race with that.
+        warm worker that has just answered may still be inside for a moment on its way home.  Even
+        then it destroys it later, from a work queue, and under load that takes a while.  What a
+        test checks next ("nothing left on the node") would race with both, so this waits until no
+        process is inside or holds it, then until the node-side peers of its veths are gone.
         """
         name = os.path.basename(path_or_name)
         try:
             inode = os.stat(os.path.join(NETNS_DIR, name)).st_ino
         except OSError:
             inode = 0
+        peers = self._node_peers(name) if inode and name != os.path.basename(self.node) else set()
         _ip("netns", "del", name, check=False)
         if name in self.namespaces:
             self.namespaces.remove(name)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + NETNS_TEARDOWN_SECONDS
         while inode and _entered(inode) and time.monotonic() < deadline:
             time.sleep(0.02)
+        while peers and time.monotonic() < deadline:
+            peers &= _veth_pairs(self.run(self.node, "ip", "-j", "-d", "link", "show", check=False).stdout)
+            if peers:
+                time.sleep(0.02)
+
+    def _node_peers(self, name: str) -> set[tuple[int, int]]:
+        """The (node ifindex, peer ifindex) of every veth in ``name`` whose other end is on the node."""
+        inside = self.run(name, "ip", "-j", "-d", "link", "show", check=False).stdout
+        return {(peer, own) for own, peer in _veth_pairs(inside, peer_elsewhere=True)}
 
     def run(self, ns: str, *argv: str, check: bool = True, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
         """Run ``argv`` inside namespace ``ns`` (name or path)."""
@@ -195,6 +208,20 @@ def iperf_rate(server: list[str], client: list[str], server_ip: str, reverse: bo
         except subprocess.TimeoutExpired:
             srv.kill()
             srv.wait()
+
+
+def _veth_pairs(ip_json: str, peer_elsewhere: bool = False) -> set[tuple[int, int]]:
+    """(ifindex, peer ifindex) of each veth in ``ip -j -d link show`` output (``link_index`` is
+    the peer's ifindex, in the peer's namespace); with ``peer_elsewhere``, only those whose peer
+    lies in another namespace.  (A veth whose peer's namespace is being destroyed may lose its
+    ``link_netnsid`` before it goes, so the node side is matched by index alone.)"""
+    try:
+        found = json.loads(ip_json or "[]")
+    except ValueError:
+        return set()
+    return {(link["ifindex"], link["link_index"]) for link in found
+            if (link.get("linkinfo") or {}).get("info_kind") == "veth" and "link_index" in link
+            and ("link_netnsid" in link or not peer_elsewhere)}
 
 
 def _entered(inode: int) -> bool:
