@@ -163,6 +163,7 @@ def test_dual_stack(lab, runtime, cni_version):
 def test_enabledad_waits_for_dad(lab, runtime, cni_version):
     conf = bridge_conf(lab, version=cni_version, subnets=("fd79::/64",), enabledad=True)
     pod = lab.netns("pod")
+    lab.prompt_dad(pod)  # still tentative for a second: the wait stays observable
     res = runtime.add(conf, Attachment("c1", pod, "eth0"))
     assert_result_shape(res, cni_version)
     assert [ip["address"] for ip in result_ips(res)] == ["fd79::2/64"]

@@ -22,7 +22,9 @@ def test_dad_failure_fails_add_and_rolls_back(lab, make_runtime, plugin_dir, ref
         "type": "bridge", "bridge": "brdad", "isGateway": True, "enabledad": True,
         "ipam": {"type": "host-local", "ranges": [[{"subnet": "fd00:78::/64"}]], "dataDir": lab.path("ipam")},
     }]})
-    first = runtime.add(conf, Attachment("c0", lab.netns("p0"), "eth0"))
+    p0 = lab.netns("p0")
+    lab.prompt_dad(p0)
+    first = runtime.add(conf, Attachment("c0", p0, "eth0"))
     assert first["ips"][0]["address"] == "fd00:78::2/64"
     # a stranger on the same bridge already holds the next address
     stranger = lab.netns("dup")
@@ -33,6 +35,7 @@ def test_dad_failure_fails_add_and_rolls_back(lab, make_runtime, plugin_dir, ref
     lab.run(stranger, "ip", "addr", "add", "fd00:78::3/64", "dev", "dupif", "nodad")
 
     pod = lab.netns("p1")
+    lab.prompt_dad(pod)
     with pytest.raises(PluginFailed) as info:
         runtime.add(conf, Attachment("c1", pod, "eth0"))
     msg = info.value.error.msg
