@@ -110,28 +110,36 @@ def _last_totals(bench: Bench, command: str) -> str:
 
 
 # -- parallel ------------------------------------------------------------------------------------
+def pods_at_once(bench: Bench, mode: Mode, command: str, base: int, width: int, phase: str, label: str) -> tuple[float, int]:
+    """``width`` pods' chains at once (container numbers from ``base``), as a kubelet starting or
+    stopping them together: the batch's wall time and how many failed (each outcome kept under
+    ``phase``/``label``)."""
+    atts = [attachment(mode, base + j, pod_netns(bench, mode, j), command == "ADD") for j in range(width)]
+    op = mode.runtime.add if command == "ADD" else mode.runtime.delete
+
+    def one(att: Attachment) -> tuple[Records, Optional[BaseException]]:
+        _, recs, err = bench.collect(lambda: op(mode.chain, att))
+        return recs, err
+
+    started = clock()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=width) as pool:
+        outcomes = list(pool.map(one, atts))
+    wall = clock() - started
+    failed = 0
+    for recs, err in outcomes:
+        bench.keep_outcome(phase, mode.name, label, recs, err)
+        failed += err is not None
+    return wall, failed
+
+
 def run_parallel(bench: Bench) -> None:
     """Batches of pods at once (ADD batch, then DEL batch): the wall time of each batch."""
     width = bench.o.parallel
     for r in range(bench.o.parallel_rounds):
         for mode in bench.ordered(r):
             for command in ("ADD", "DEL"):
-                atts = [attachment(mode, PARALLEL_POD_BASE + j, pod_netns(bench, mode, j), command == "ADD")
-                        for j in range(width)]
-                op = mode.runtime.add if command == "ADD" else mode.runtime.delete
-
-                def one(att: Attachment) -> tuple[Records, Optional[BaseException]]:
-                    _, recs, err = bench.collect(lambda: op(mode.chain, att))
-                    return recs, err
-
-                started = clock()
-                with concurrent.futures.ThreadPoolExecutor(max_workers=width) as pool:
-                    outcomes = list(pool.map(one, atts))
-                wall = clock() - started
-                failed = 0
-                for recs, err in outcomes:
-                    bench.keep_outcome("parallel", mode.name, f"round {r} {command}", recs, err)
-                    failed += err is not None
+                wall, failed = pods_at_once(bench, mode, command, PARALLEL_POD_BASE, width, "parallel",
+                                            f"round {r} {command}")
                 bench.parallel.append({"mode": mode.name, "round": r, "command": command, "pods": width,
                                        "wall_seconds": wall, "failed": failed})
                 bench.progress(f"[parallel] round {r + 1}/{bench.o.parallel_rounds} {mode.name} {command} "

@@ -11,14 +11,11 @@ metrics endpoint shows them.  The idle footprint is read once, after the agent's
 
 from __future__ import annotations
 
-import concurrent.futures
 import time
 from typing import Any, Optional
 
-from cnichain.benchmarks.latency.phases import attachment, pod_netns
-from cnichain.benchmarks.latency.session import Bench, Mode, Records
-from cnichain.benchmarks.measure import clock
-from cnichain.tools.runtime import Attachment
+from cnichain.benchmarks.latency.phases import pods_at_once
+from cnichain.benchmarks.latency.session import Bench, Mode
 
 STORM_POD_BASE = 2000  # container numbers of the storm phase, distinct from the other phases'
 IDLE_WAIT = 60.0  # seconds for the agent's pool to be warm before its idle footprint is read
@@ -76,26 +73,12 @@ def run_storm(bench: Bench) -> None:
 
 
 def _batch(bench: Bench, mode: Mode, width: int, command: str) -> dict:
-    atts = [attachment(mode, STORM_POD_BASE + j, pod_netns(bench, mode, j), command == "ADD") for j in range(width)]
-    op = mode.runtime.add if command == "ADD" else mode.runtime.delete
     warm = mode.name == "warm"
     cg = getattr(bench, "agent_cgroup", None) if warm else None
     if cg is not None:
         cg.reset_peak()
     oom_before = cg.oom_kills() if cg is not None else 0
-
-    def one(att: Attachment) -> tuple[Records, Optional[BaseException]]:
-        _, recs, err = bench.collect(lambda: op(mode.chain, att))
-        return recs, err
-
-    started = clock()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=width) as pool:
-        outcomes = list(pool.map(one, atts))
-    wall = clock() - started
-    failed = 0
-    for recs, err in outcomes:
-        bench.keep_outcome("storm", mode.name, f"x{width} {command}", recs, err)
-        failed += err is not None
+    wall, failed = pods_at_once(bench, mode, command, STORM_POD_BASE, width, "storm", f"x{width} {command}")
     row: dict[str, Any] = {"mode": mode.name, "pods": width, "command": command, "wall_seconds": wall,
                            "failed": failed}
     if cg is not None:

@@ -33,6 +33,9 @@ def conflist(lab, name: str = "rcnet", macspoofchk: bool = False) -> ConfList:
 
 
 class Node:
+    """The lab node of the reconciler tests; a context manager, so each test module's fixture is
+    ``with Node(lab, make_runtime) as n: yield n``."""
+
     def __init__(self, lab, make_runtime) -> None:
         self.lab = lab
         self.runtime = make_runtime()
@@ -74,6 +77,12 @@ class Node:
     def plugin_states(self, att: Attachment) -> dict[str, str]:
         row = (self.status().get("attachments") or {}).get(f"{self.conf.name}/{att.container_id}/{att.ifname}") or {}
         return {p: v.get("state") for p, v in (row.get("plugins") or {}).items()}
+
+    def __enter__(self) -> "Node":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def close(self) -> None:
         if os.path.exists(self.sock + ".log"):  # shown by pytest when the test failed

@@ -14,62 +14,21 @@ bridge's ADD (tests/integration/test_bridge.py, test_interface_name_taken_leaves
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 
 from cnichain.tools.runtime import Attachment
-from tests.integration.test_containerd_del_shapes import (CNI_ARGS, KILL_FRACTIONS, add_seconds, assert_clean,
-                                                          chain, conflist, containerd_caps, remove_sandbox_del)
+from tests.integration.test_containerd_del_shapes import (CNI_ARGS, KILL_FRACTIONS, THEN_RETRY, add_seconds,
+                                                          assert_clean, chain, conflist, containerd_caps,
+                                                          killed_add_dir, remove_sandbox_del)
 
 pytestmark = pytest.mark.integration
-
-# The stand-in for one plugin: its first ADD of a container runs the real one in its own process
-# group, SIGKILLs the group after $KILL_AFTER seconds (or once it is done), then runs the real one
-# again in its place with the same stdin -- the shim's cold fallback after a worker died.  Other
-# commands, and later ADDs of that container (bridge asking its IPAM again), exec it.
-RETRY = """#!{python}
-import os, signal, subprocess, sys
-real = os.path.join({real!r}, os.path.basename(sys.argv[0]))
-mark = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "killed-" + os.environ.get("CNI_CONTAINERID", ""))
-if os.environ.get("CNI_COMMAND") != "ADD" or os.path.exists(mark):
-    os.execv(real, [real])
-open(mark, "w").close()
-data = sys.stdin.buffer.read()
-p = subprocess.Popen([real], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True)
-p.stdin.write(data)
-p.stdin.close()
-try:
-    p.wait(timeout=float(os.environ["KILL_AFTER"]))
-except subprocess.TimeoutExpired:
-    pass
-try:
-    os.killpg(p.pid, signal.SIGKILL)
-except ProcessLookupError:
-    pass
-p.wait()
-again = subprocess.run([real], input=data)
-sys.exit(again.returncode)
-"""
-
-
-def retry_dir(lab, plugin_dir: str, plugin: str) -> str:
-    folder = lab.path("retry", "x").rsplit("/", 1)[0]
-    path = os.path.join(folder, plugin)
-    with open(path, "w") as fh:
-        fh.write(RETRY.format(python=sys.executable, real=plugin_dir))
-    os.chmod(path, 0o755)
-    return folder
-
 
 @pytest.mark.parametrize("plugin", sorted(KILL_FRACTIONS))
 def test_add_again_after_a_kill_succeeds_and_del_cleans(lab, make_runtime, plugin_dir, plugin):
     conf = conflist(lab, chain("1.1.0"))
     took = add_seconds(make_runtime(), conf, lab, "bridge" if plugin == "host-local" else plugin)
     assert_clean(lab)
-    runtime = make_runtime([retry_dir(lab, plugin_dir, plugin), plugin_dir])
+    runtime = make_runtime([killed_add_dir(lab, plugin_dir, plugin, THEN_RETRY, once=True), plugin_dir])
     caps = containerd_caps()
     for n, after in enumerate([f * took for f in KILL_FRACTIONS[plugin]] + [3.0]):
         cid = f"ctrd-r{n}"

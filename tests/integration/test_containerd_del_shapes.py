@@ -108,14 +108,19 @@ def test_del_with_the_current_conflist(lab, make_runtime, added_with, version):
     assert_clean(lab)
 
 
-# A stand-in for one plugin's ADD (other commands exec the real one): runs the real one in its own process group, SIGKILLs the group after
-# $KILL_AFTER seconds (or once it is done, whichever is first), then dies of SIGKILL itself, so the
-# runtime sees an ADD killed at that point, with nothing on stdout.
-KILLER = """#!{python}
+# A stand-in for one plugin's ADD (other commands exec the real one): runs the real one in its own
+# process group and SIGKILLs the group after $KILL_AFTER seconds (or once it is done, whichever is
+# first).  Then ``THEN_DIE``: it dies of SIGKILL itself, so the runtime sees an ADD killed at that
+# point with nothing on stdout; or ``THEN_RETRY``: it runs the real one again in its place with the
+# same stdin, as the shim's cold fallback does after a worker died.  With ``once``, only the first
+# ADD of a container is killed (later ones, such as bridge asking its IPAM again, exec the real one).
+KILLED_ADD = """#!{python}
 import os, signal, subprocess, sys
 real = os.path.join({real!r}, os.path.basename(sys.argv[0]))
-if os.environ.get("CNI_COMMAND") != "ADD":
+mark = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "killed-" + os.environ.get("CNI_CONTAINERID", ""))
+if os.environ.get("CNI_COMMAND") != "ADD" or ({once} and os.path.exists(mark)):
     os.execv(real, [real])
+open(mark, "w").close()
 data = sys.stdin.buffer.read()
 p = subprocess.Popen([real], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                      start_new_session=True)
@@ -130,8 +135,10 @@ try:
 except ProcessLookupError:
     pass
 p.wait()
-os.kill(os.getpid(), signal.SIGKILL)
+{then}
 """
+THEN_DIE = "os.kill(os.getpid(), signal.SIGKILL)"
+THEN_RETRY = "sys.exit(subprocess.run([real], input=data).returncode)"
 
 # Where to kill, as multiples of the plugin's own ADD time measured on this machine just before
 # (so the points fall around its work whatever the machine's speed and load); the last one lets
@@ -156,11 +163,12 @@ def add_seconds(runtime, conf: ConfList, lab, plugin: str) -> float:
     return seen[f"{plugin} ADD"]
 
 
-def killer_dir(lab, plugin_dir: str, plugin: str) -> str:
-    folder = lab.path("killer", "x").rsplit("/", 1)[0]
+def killed_add_dir(lab, plugin_dir: str, plugin: str, then: str = THEN_DIE, once: bool = False) -> str:
+    """A folder holding ``plugin`` as the :data:`KILLED_ADD` stand-in for the one in ``plugin_dir``."""
+    folder = lab.path("killed-add", "x").rsplit("/", 1)[0]
     path = os.path.join(folder, plugin)
     with open(path, "w") as fh:
-        fh.write(KILLER.format(python=sys.executable, real=plugin_dir))
+        fh.write(KILLED_ADD.format(python=sys.executable, real=plugin_dir, then=then, once=once))
     os.chmod(path, 0o755)
     return folder
 
@@ -172,7 +180,7 @@ def test_del_after_an_add_killed_mid_way(lab, make_runtime, plugin_dir, plugin):
     conf = conflist(lab, chain("1.1.0"))
     took = add_seconds(make_runtime(), conf, lab, "bridge" if plugin == "host-local" else plugin)
     assert_clean(lab)
-    runtime = make_runtime([killer_dir(lab, plugin_dir, plugin), plugin_dir])
+    runtime = make_runtime([killed_add_dir(lab, plugin_dir, plugin), plugin_dir])
     caps = containerd_caps()
     for n, after in enumerate([f * took for f in KILL_FRACTIONS[plugin]] + [AFTER_THE_WORK]):
         cid = f"ctrd-k{n}"

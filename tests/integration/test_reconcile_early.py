@@ -30,11 +30,8 @@ BOUND = 30.0  # generous: the promise is 2 s, a loaded 2-core machine may take l
 
 @pytest.fixture
 def node(lab, make_runtime) -> Iterator[Node]:
-    n = Node(lab, make_runtime)
-    try:
+    with Node(lab, make_runtime) as n:
         yield n
-    finally:
-        n.close()
 
 
 def host_veth(result: dict) -> str:

@@ -30,11 +30,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def node(lab, make_runtime) -> Iterator[Node]:
-    n = Node(lab, make_runtime)
-    try:
+    with Node(lab, make_runtime) as n:
         yield n
-    finally:
-        n.close()
 
 
 @pytest.fixture

@@ -31,11 +31,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def node(lab, make_runtime) -> Iterator[Node]:
-    n = Node(lab, make_runtime)
-    try:
+    with Node(lab, make_runtime) as n:
         yield n
-    finally:
-        n.close()
 
 
 def tc_json(lab, *argv: str) -> list:

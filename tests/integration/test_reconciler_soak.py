@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import Iterator
 
 import pytest
 
@@ -30,12 +31,9 @@ FLUSH_EVERY = 2.0
 
 
 @pytest.fixture
-def node(lab, make_runtime):
-    n = Node(lab, make_runtime)
-    try:
+def node(lab, make_runtime) -> Iterator[Node]:
+    with Node(lab, make_runtime) as n:
         yield n
-    finally:
-        n.close()
 
 
 def test_churn_with_periodic_flushes_ends_with_no_leak_and_no_failed_pod(node, lab):
