@@ -18,6 +18,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from typing import Callable
+
 NETNS_DIR = "/run/netns"
 NETNS_TEARDOWN_SECONDS = 10  # the bound on waiting for the kernel to destroy a deleted namespace
 
@@ -217,6 +221,23 @@ def iperf_rate(server: list[str], client: list[str], server_ip: str, reverse: bo
         except subprocess.TimeoutExpired:
             srv.kill()
             srv.wait()
+
+
+def rate_within(measure: Callable[[], float], target: float, tolerance: float = 0.10,
+                attempts: int = 3) -> tuple[bool, list[float]]:
+    """Call ``measure()`` until a rate is within ``tolerance`` of ``target`` (bounded attempts).
+
+    The machine is shared, so one run can be disturbed (a receiver descheduled across the start
+    of the measured window counts bytes sent before it); a shaper that is wrong stays wrong on
+    every attempt, so a retry cannot hide a real defect.
+    """
+    rates: list[float] = []
+    for _ in range(attempts):
+        rate = measure()
+        rates.append(rate)
+        if abs(rate - target) <= tolerance * target:
+            return True, rates
+    return False, rates
 
 
 def _veth_pairs(ip_json: str, peer_elsewhere: bool = False) -> set[tuple[int, int]]:

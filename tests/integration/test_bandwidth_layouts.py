@@ -20,7 +20,7 @@ import subprocess
 import pytest
 
 from cnichain.plugins.bandwidth.config import ifb_name
-from cnichain.tools.lab import isolate_conflist
+from cnichain.tools.lab import isolate_conflist, rate_within
 from cnichain.tools.runtime import Attachment, ConfList
 
 from tests.integration.bandwidth_lab import exec_bw, host_veth, root_tbf
@@ -33,7 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PROG_SOURCE = os.path.join(os.path.dirname(HERE), "data", "bpf", "count.c")
 RATE = 10_000_000
 LIMITS = {"ingressRate": RATE, "ingressBurst": 1_000_000, "egressRate": RATE, "egressBurst": 1_000_000}
-LOW, HIGH = RATE * 0.9, RATE * 1.1  # the issue's +-10 %
+TOLERANCE = 0.10  # the issue's +-10 %
 POD_SUBNET = "10.77.0.0/24"
 LAN_SUBNET = "10.79.0.0/24"
 BRIDGE = {"type": "bridge", "bridge": "cni0", "isGateway": True, "isDefaultGateway": True,
@@ -105,12 +105,11 @@ def node_ifbs(lab) -> list[str]:
 
 # -- traffic ---------------------------------------------------------------------------------------
 
-def shaped_both_ways(lab, pod: str, peer: str, pod_ip: str) -> tuple[float, float]:
-    into_pod = lab.iperf(pod, peer, pod_ip, seconds=4, reverse=False)
-    out_of_pod = lab.iperf(pod, peer, pod_ip, seconds=4, reverse=True)
-    print(f"measured: into the pod {into_pod / 1e6:.2f} Mbit/s, out of it {out_of_pod / 1e6:.2f} Mbit/s")
-    assert LOW <= into_pod <= HIGH and LOW <= out_of_pod <= HIGH, (into_pod, out_of_pod)
-    return into_pod, out_of_pod
+def shaped_both_ways(lab, pod: str, peer: str, pod_ip: str) -> None:
+    ok_in, into_pod = rate_within(lambda: lab.iperf(pod, peer, pod_ip, seconds=4), RATE, TOLERANCE)
+    ok_out, out_of_pod = rate_within(lambda: lab.iperf(pod, peer, pod_ip, seconds=4, reverse=True), RATE, TOLERANCE)
+    print(f"measured: into the pod {into_pod} bit/s, out of it {out_of_pod} bit/s")
+    assert ok_in and ok_out, (into_pod, out_of_pod)
 
 
 def counts_every_packet(lab, veth: str, progs: dict, traffic) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 import time
 
-from cnichain.tools.lab import iperf_rate, wait_listening
+from cnichain.tools.lab import iperf_rate, rate_within, wait_listening
 
 __all__ = ["iperf_rate", "wait_listening", "pod_argv", "tcp_request", "http_get", "udp_exchange", "start_echo",
            "stop", "rate_within"]
@@ -66,18 +66,3 @@ def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.kill()
     proc.wait(timeout=10)
-
-
-def rate_within(measure, target: float, tolerance: float = 0.10, attempts: int = 3) -> tuple[bool, list[float]]:
-    """Call ``measure()`` until a rate is within ``tolerance`` of ``target`` (bounded attempts).
-
-    The machine is shared, so one run can be disturbed; a shaper that is wrong stays wrong on
-    every attempt, so a retry cannot hide a real defect.
-    """
-    rates: list[float] = []
-    for _ in range(attempts):
-        rate = measure()
-        rates.append(rate)
-        if abs(rate - target) <= tolerance * target:
-            return True, rates
-    return False, rates
