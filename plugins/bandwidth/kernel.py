@@ -306,9 +306,14 @@ def veths_redirecting_to(host: Any, ifb_index: int) -> list[Link]:
 
 # -- who else uses the host veth ------------------------------------------------------------------
 
-def host_side(host: Any, veth: Optional[Link], why: str = "") -> Any:
+def host_side(host: Any, veth: Optional[Link], why: str = "", own_root: Optional[TbfParams] = None) -> Any:
     """plan.HostVeth for ``veth`` (None: no host veth, ``why`` says why): one qdisc dump, plus a
-    tcx query when no ``ffff:`` qdisc is there (tcx programs have no qdisc to show)."""
+    tcx query when no ``ffff:`` qdisc is there (tcx programs have no qdisc to show).
+
+    A root TBF ``1:`` with exactly ``own_root`` (the parameters this ADD is about to write) is
+    this attachment's own, left by an ADD of the same request that was killed before it answered:
+    not another tool's root, so ADD builds the same layout again (its EEXIST then redoes the
+    shaping) instead of moving everything into the pod over a TBF nobody would remove."""
     from .plan import HostVeth
 
     if veth is None:
@@ -327,9 +332,11 @@ def host_side(host: Any, veth: Optional[Link], why: str = "") -> Any:
         if attached:
             reasons.append(f"{veth.name} has tcx programs ({', '.join(attached)})")
     hooks_owned = bool(reasons)
-    if root is not None and root.handle != 0:  # a default root qdisc has handle 0:
+    own = (root is not None and own_root is not None and root.kind == "tbf" and root.handle == TBF_HANDLE
+           and root.tbf == own_root)
+    root_owned = root is not None and root.handle != 0 and not own  # a default root qdisc has handle 0:
+    if root is not None and root_owned:
         reasons.append(f"the root of {veth.name} is held by a {root.kind} qdisc")
-    root_owned = root is not None and root.handle != 0
     return HostVeth(True, hooks_owned=hooks_owned, root_owned=root_owned, why="; ".join(reasons))
 
 

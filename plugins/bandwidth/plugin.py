@@ -148,7 +148,8 @@ def _shape(host: Any, pod: Any, req: Request, wanted: str, pod_link: Any, veth: 
     from . import kernel
 
     name = ifb_name(req.network_name, req.container_id)
-    layout = plan.choose_layout(wanted, kernel.host_side(host, veth, why), ingress is not None, egress is not None)
+    side = kernel.host_side(host, veth, why, own_root=ingress)
+    layout = plan.choose_layout(wanted, side, ingress is not None, egress is not None)
     with Rollback() as undo:
         if ingress is not None and layout.ingress == "host":
             kernel.add_tbf(host, veth.index, ingress)

@@ -16,6 +16,7 @@ import copy
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -116,11 +117,9 @@ def counts_every_packet(lab, veth: str, progs: dict, traffic) -> None:
     """``traffic()`` runs; the program on each hook of ``veth`` saw every packet the veth received
     from the pod (ingress) and every packet handed to it for the pod (egress: sent, plus what its
     root qdisc dropped)."""
-    before = {hook: counter(pid) for hook, pid in progs.items()}
-    stats0, drops0 = link_stats(lab, lab.node, veth), qdisc_drops(lab, lab.node, veth)
+    before, stats0, drops0 = _snapshot(lab, veth, progs)
     traffic()
-    after = {hook: counter(pid) for hook, pid in progs.items()}
-    stats1, drops1 = link_stats(lab, lab.node, veth), qdisc_drops(lab, lab.node, veth)
+    after, stats1, drops1 = _snapshot(lab, veth, progs)
     received = stats1["rx"]["packets"] - stats0["rx"]["packets"]
     handed = stats1["tx"]["packets"] - stats0["tx"]["packets"] + drops1 - drops0
     seen_in, seen_out = after["ingress"] - before["ingress"], after["egress"] - before["egress"]
@@ -128,6 +127,19 @@ def counts_every_packet(lab, veth: str, progs: dict, traffic) -> None:
     # A stray packet (IPv6 neighbour discovery) may fall between two of the reads.
     assert abs(seen_in - received) <= 3, (seen_in, received)
     assert abs(seen_out - handed) <= 3, (seen_out, handed)
+
+
+def _snapshot(lab, veth: str, progs: dict) -> tuple[dict, dict, int]:
+    """The programs' counters with the veth's stats and root drops, read with no packet between
+    them: the link is read before and after the counters, again until both reads agree (the last
+    segments and FINs of a TCP test can still be on their way when it returns)."""
+    for _ in range(50):
+        stats, drops = link_stats(lab, lab.node, veth), qdisc_drops(lab, lab.node, veth)
+        counts = {hook: counter(pid) for hook, pid in progs.items()}
+        if (link_stats(lab, lab.node, veth), qdisc_drops(lab, lab.node, veth)) == (stats, drops):
+            return counts, stats, drops
+        time.sleep(0.1)
+    raise AssertionError(f"{veth} never went quiet for one read of its counters")
 
 
 def program_ids(lab, veth: str) -> dict:
@@ -231,6 +243,30 @@ def test_split_layout_del_alone_and_check_drift(lab, make_runtime, plugin_dir, r
     assert code == 1 and out["msg"] == "Failed to find qdisc", out
     # Our DEL alone, pod alive: nothing of ours left on either side.
     assert exec_bw(lab, plugin_dir, "DEL", bw_conf(cached), netns=pod) == (0, None)
+    assert qdisc_kinds(lab, lab.node, veth) == ["noqueue"] and pod_state(lab, pod) == {"qdiscs": [], "ifbs": []}
+    rt.delete(conf, att)
+
+
+def test_add_again_over_a_killed_adds_host_tbf_builds_the_split_layout(lab, make_runtime, plugin_dir,
+                                                                       reference_dir):
+    """An ADD killed between the split layout's two TBFs leaves only the host veth's; the same ADD
+    run again (the shim's cold retry) takes that TBF 1: with its own parameters for its own and
+    builds the split layout again, instead of taking the host veth's root as another tool's and
+    moving the shaping into the pod over a TBF no layout of this pod owns."""
+    rt, conf, client, pod, att = _bridge_lab(lab, make_runtime, plugin_dir, reference_dir, with_bw=False)
+    prev = rt.add(conf, att)
+    veth = host_veth(prev)
+    assert exec_bw(lab, plugin_dir, "ADD", bw_conf(prev), netns=pod)[0] == 0
+    lab.run(pod, "tc", "qdisc", "del", "dev", "eth0", "root")  # what the kill left: the host half
+    assert root_tbf(lab, veth) is not None and pod_state(lab, pod) == {"qdiscs": [], "ifbs": []}
+
+    code, out = exec_bw(lab, plugin_dir, "ADD", bw_conf(prev), netns=pod)
+    assert code == 0, out
+    assert all(i["name"] != ifb_name("bwtest", "ctr1") for i in out["interfaces"]), out["interfaces"]
+    assert root_tbf(lab, veth)["options"]["rate"] == RATE // 8
+    assert pod_state(lab, pod) == {"qdiscs": ["tbf"], "ifbs": []} and node_ifbs(lab) == []
+    assert exec_bw(lab, plugin_dir, "CHECK", bw_conf(prev), netns=pod) == (0, None)
+    assert exec_bw(lab, plugin_dir, "DEL", bw_conf(prev), netns=pod) == (0, None)
     assert qdisc_kinds(lab, lab.node, veth) == ["noqueue"] and pod_state(lab, pod) == {"qdiscs": [], "ifbs": []}
     rt.delete(conf, att)
 
