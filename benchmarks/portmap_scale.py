@@ -150,11 +150,11 @@ def main() -> int:
     if os.geteuid() != 0:
         print("needs root (it creates network namespaces)", file=sys.stderr)
         return 2
-    bin_dir = tempfile.mkdtemp(prefix="pmbench-bin-")
-    install.install(bin_dir)
     results = {"pods": args.pods, "reps": args.reps}
-    results["cnichain"] = scenario(os.path.join(bin_dir, "portmap"), bin_dir, args.pods, args.reps,
-                                   lambda lab, n: populate_ours(n))
+    with tempfile.TemporaryDirectory(prefix="pmbench-bin-") as bin_dir:
+        install.install(bin_dir)
+        results["cnichain"] = scenario(os.path.join(bin_dir, "portmap"), bin_dir, args.pods, args.reps,
+                                       lambda lab, n: populate_ours(n))
     if os.path.isfile(REFERENCE):
         results["reference"] = scenario(REFERENCE, os.path.dirname(REFERENCE), args.pods, args.reps, populate_reference)
     if args.json:
