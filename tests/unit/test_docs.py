@@ -16,7 +16,7 @@ from cnichain.plugins import registry
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 README = os.path.join(ROOT, "README.md")
 DOCS = os.path.join(ROOT, "docs")
-README_MAX_BYTES = 12 * 1024
+README_MAX_BYTES = 10_000  # bytes: a front door, not a manual
 
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 PARENT_PATH = re.compile(r"(?<![\w./-])((?:\.\./)+[\w.-]+(?:/[\w.-]+)*)")
