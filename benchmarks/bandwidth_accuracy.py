@@ -41,7 +41,7 @@ sys.path.insert(0, ROOT)  # the checkout: cnichain/ links to the top-level packa
 from cnichain.node import install  # noqa: E402
 from cnichain.plugins.bandwidth.config import LAYOUTS  # noqa: E402
 from cnichain.tools.lab import Lab, isolate_conflist  # noqa: E402
-from cnichain.tools.runtime import Attachment, ConfList, Runtime  # noqa: E402
+from cnichain.podstate.runtime import Attachment, ConfList, Runtime  # noqa: E402
 
 POD_SUBNET = "10.77.0.0/24"
 POD_GW = "10.77.0.1"

@@ -38,7 +38,7 @@ from typing import Any, Optional
 
 from cnichain.benchmarks.latency.options import DEFAULT_CONFLIST, DEFAULT_REFERENCE_DIR
 from cnichain.benchmarks.measure import clock, stats, timed_exec
-from cnichain.tools.runtime import Attachment, ConfList, PluginFailed, Runtime
+from cnichain.podstate.runtime import Attachment, ConfList, PluginFailed, Runtime
 
 SCHEMA = "cnichain-warm-floor/1"
 KINDS = ("netlink", "nftables", "sysctl")

@@ -18,7 +18,7 @@ import typer
 from cnichain.common.shim import DEFAULT_SOCKET
 from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR as HOST_LOCAL_DATA_DIR
 from cnichain.plugins.tuning.config import DEFAULT_DATA_DIR as TUNING_DATA_DIR
-from cnichain.tools.podstate.cache import LIBCNI_CACHE_DIR, RUNNER_CACHE_DIR
+from cnichain.podstate.cache import LIBCNI_CACHE_DIR, RUNNER_CACHE_DIR
 
 app = typer.Typer(
     add_completion=False,
@@ -71,7 +71,7 @@ def exec_cmd(
 ) -> None:
     """Run a CNI config list the way containerd / CRI-O do (ADD in order, DEL in reverse with the cached result)."""
     from cnichain.tools import exec_command
-    from cnichain.tools.runtime import PluginFailed
+    from cnichain.podstate.runtime import PluginFailed
 
     try:
         result = exec_command.run(command, conflist, netns=netns, container_id=container_id, ifname=ifname,
@@ -199,8 +199,8 @@ def inspect(
 
     Reads host-local reservations, tuning backups, portmap mappings, bandwidth shaping and bridge masquerade rules from the kernel and the plugins' files, joined with the runtimes' result cache. A container is an orphan when it is not in --live (if given), has no cache entry, its cached netns is gone, or its IFB has lost its veth.
     """
-    from cnichain.tools.podstate import render, view
-    from cnichain.tools.podstate.sandboxes import required_listing
+    from cnichain.podstate import render, view
+    from cnichain.podstate.sandboxes import required_listing
 
     try:
         view.check_inputs(cache_dir, ipam_dir, tuning_dir, node_netns, [container, *live] if container else live, network)
@@ -233,8 +233,8 @@ def gc(
 
     DEL for each cached attachment without a live pod (its netns is gone, or it is not in --valid), with the conflist, result and arguments the runtime cached; then CNI GC per network (cniVersion 1.1.0) with the live attachments as valid; with --runtime-endpoint, also the state of our plugins that no cache entry names, of containers the runtime does not list (a lost cache's leaks). Shows the plan and changes nothing unless --apply.
     """
-    from cnichain.tools.podstate import gc as gc_mod
-    from cnichain.tools.runtime import ConfigError
+    from cnichain.podstate import gc as gc_mod
+    from cnichain.podstate.runtime import ConfigError
 
     if apply and dry_run:
         _fail("--apply and --dry-run contradict each other", 2)
@@ -340,7 +340,7 @@ def node_probe(
     With ``--runtime-endpoint`` the runtime must also report NetworkReady and have loaded a pod
     network (``--conflist``: exactly that file), i.e. the runtime runs our chain.
     """
-    from cnichain.node import probe
+    from cnichain.tools import probe
 
     try:
         notes = [probe.agent(socket_path)] if socket_path else []

@@ -5,7 +5,6 @@ node safely.
 ``atomic`` (file, symlink and directory replacement that a runtime never sees half done),
 ``chain`` (pure: finding the primary conflist and deriving ours from it), ``verify`` (run the
 installed plugins before any conflist names them), ``installer`` (the order of it all),
-``state`` (what we wrote, so uninstall removes exactly that).  Talking to the runtime:
-``cri`` (the CRI Status and ListPodSandbox calls, hand-encoded messages) over ``grpc_unary``
-(one bounded unary gRPC call on a unix socket; the image has no gRPC library).
+``state`` (what we wrote, so uninstall removes exactly that).  Talking to the runtime is
+:mod:`cnichain.podstate`'s (``cri`` over ``grpc_unary``).
 """

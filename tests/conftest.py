@@ -16,7 +16,7 @@ import pytest
 
 from cnichain.node import install as installer
 from cnichain.tools.lab import Lab
-from cnichain.tools.runtime import Runtime
+from cnichain.podstate.runtime import Runtime
 from tests import required
 from tests.specver import ALL_VERSIONS, CHAINING_VERSIONS, CHECK_VERSIONS
 

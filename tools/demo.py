@@ -19,7 +19,7 @@ from typing import Optional
 
 from cnichain.node import install as installer
 from cnichain.tools.lab import Lab, isolate_conflist
-from cnichain.tools.runtime import Attachment, ConfigError, ConfList, PluginFailed, Runtime
+from cnichain.podstate.runtime import Attachment, ConfigError, ConfList, PluginFailed, Runtime
 
 DEFAULT_CONFLIST = "cnichain-default.conflist"
 NODE_ADDR, OUTSIDE_ADDR = "198.18.0.1", "198.18.0.2"  # benchmark-test range, only inside the lab

@@ -16,7 +16,7 @@ whose namespace is long gone.  The agent runs all the time; this package is what
 * ``repair``: per plugin, its own check and its own repair (portmap, bandwidth, bridge's ipMasq and
   macspoofchk rules);
 * ``budget``: backing off from whoever keeps removing our state;
-* which pod sandboxes the runtime lists (CRI) is :mod:`cnichain.tools.podstate.sandboxes`, shared
+* which pod sandboxes the runtime lists (CRI) is :mod:`cnichain.podstate.sandboxes`, shared
   with ``cnichain inspect`` and ``cnichain gc``;
 * ``engine``: the decisions (repair, leaks, cache hygiene), ``status``: the view it publishes;
 * ``loop``: the reconciler process; :class:`Process` (here): how the agent starts and stops it.

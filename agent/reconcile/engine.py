@@ -19,7 +19,7 @@ and drops the cache last), what the repair put back is removed again.  Repeated 
 **Leaks**: an attachment whose cached namespace is gone, that the runtime does not list
 (:mod:`.sandboxes`; no answer counts as "not listed" only together with the other two), and that
 has looked dead for the grace period, is torn down by DEL with its cached config, exactly as
-``cnichain gc --apply`` does it (:mod:`cnichain.tools.podstate.gc`), which also removes its cache
+``cnichain gc --apply`` does it (:mod:`cnichain.podstate.gc`), which also removes its cache
 entry.  The agent does not send CNI GC: the valid list would be this node's cache, and a pod whose
 ADD has not finished is not in it yet.  A cache entry that names no namespace is never a leak.
 """
@@ -32,9 +32,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from cnichain.tools.podstate import gc as gc_mod
-from cnichain.tools.podstate.cache import CacheEntry
-from cnichain.tools.podstate.view import pools_of, stale_reason
+from cnichain.podstate import gc as gc_mod
+from cnichain.podstate.cache import CacheEntry
+from cnichain.podstate.view import pools_of, stale_reason
 from cnichain.common.errors import CniError
 from cnichain.common.skel import Request
 
@@ -44,8 +44,8 @@ from cnichain.agent.reconcile.attachments import CacheReader, Target
 from cnichain.agent.reconcile.budget import Budget
 from cnichain.agent.reconcile.ownership import Ownership
 from cnichain.agent.reconcile.uncached_leaks import UncachedCollector
-from cnichain.tools.podstate.sandboxes import NoSandboxes
-from cnichain.node.cri import SANDBOX_NOTREADY
+from cnichain.podstate.sandboxes import NoSandboxes
+from cnichain.podstate.cri import SANDBOX_NOTREADY
 from cnichain.agent.reconcile.settings import ReconcileConfig
 
 CONFIRM_SECONDS = 0.5  # state must stay missing this long before a repair (a DEL in progress ends first)
@@ -352,7 +352,7 @@ class Reconciler:
         plan = gc_mod.build(same_net, t.conflist.raw if t is not None else None, valid, None)
         plan.deletions = [d for d in plan.deletions if d.entry.path == e.path]
         plan.collections = []
-        from cnichain.tools.runtime import Runtime
+        from cnichain.podstate.runtime import Runtime
 
         root = os.path.dirname(os.path.dirname(e.path))
         lines, ok = gc_mod.execute(plan, lambda _e: Runtime(self.cfg.plugin_dirs(), root, timeout=DEL_TIMEOUT))

@@ -26,7 +26,7 @@ from cnichain.agent.log import AgentLog
 from cnichain.agent.reconcile import cache_events
 from cnichain.agent.reconcile import netlink_events as ev
 from cnichain.agent.reconcile.engine import Reconciler
-from cnichain.tools.podstate.sandboxes import source
+from cnichain.podstate.sandboxes import source
 from cnichain.agent.reconcile.settings import ReconcileConfig, parse
 
 PR_SET_PDEATHSIG = 1
@@ -187,7 +187,7 @@ def _read_hints(sock: socket.socket, engine: Reconciler) -> int:
     (its network name).  Anything malformed is dropped: a hint only ever adds ownership."""
     import json
 
-    from cnichain.tools.podstate.cache import valid_id, valid_ifname
+    from cnichain.podstate.cache import valid_id, valid_ifname
 
     n = 0
     for _ in range(1024):  # bounded: the rest waits for the next wakeup

@@ -18,7 +18,7 @@ from cnichain.benchmarks.latency import references
 from cnichain.benchmarks.latency.options import DEFAULT_CONFLIST
 from cnichain.benchmarks.latency.session import Bench, Mode
 from cnichain.tools.lab import isolate_conflist
-from cnichain.tools.runtime import ConfList, Runtime
+from cnichain.podstate.runtime import ConfList, Runtime
 
 
 def setup(bench: Bench) -> None:

@@ -22,7 +22,7 @@ import pytest
 
 from cnichain.node import install as installer
 from cnichain.agent import fetch_metrics, running_agent
-from cnichain.tools.runtime import Attachment, ConfList, Runtime
+from cnichain.podstate.runtime import Attachment, ConfList, Runtime
 from cnichain.common import shim
 
 from tests import required

@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
+from cnichain.podstate.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common.errors import Code
 from cnichain.common.types import Result, Route
 from tests.specver import (

@@ -20,7 +20,7 @@ from typing import Iterator
 import pytest
 
 from cnichain.node.install import conflists_dir
-from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
+from cnichain.podstate.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common.errors import Code
 
 pytestmark = pytest.mark.integration

@@ -64,7 +64,7 @@ def test_conflist_install(tmp_path):
 
 
 def test_shipped_conflists_are_valid():
-    from cnichain.tools.runtime import ConfList
+    from cnichain.podstate.runtime import ConfList
 
     folder = inst.conflists_dir()
     names = [n for n in os.listdir(folder) if n.endswith((".conflist", ".conf"))]

@@ -13,8 +13,8 @@ from cnichain.plugins.bandwidth.config import ifb_name
 from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR
 from cnichain.node import install as installer
 from cnichain.plugins.portmap.listing import HeldMapping
-from cnichain.tools.podstate import files, kernel, uncached
-from cnichain.tools.podstate.view import ContainerView, NodeView
+from cnichain.podstate import files, kernel, uncached
+from cnichain.podstate.view import ContainerView, NodeView
 
 
 def _event(wd: int, mask: int, name: str = "") -> bytes:

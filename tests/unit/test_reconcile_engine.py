@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cnichain.agent.reconcile.engine import Reconciler
 from cnichain.agent.reconcile.settings import ReconcileConfig
-from cnichain.node import cri
+from cnichain.podstate import cri
 
 from tests.unit.test_reconcile_attachments import _write
 

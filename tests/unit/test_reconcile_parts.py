@@ -9,7 +9,7 @@ import pytest
 from cnichain.agent.reconcile import netlink_events as ev
 from cnichain.agent.reconcile import settings, status
 from cnichain.agent.reconcile.budget import Budget
-from cnichain.node import cri
+from cnichain.podstate import cri
 
 
 def _msg(msg_type: int, payload: bytes = b"\0" * 4) -> bytes:

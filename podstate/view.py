@@ -17,8 +17,8 @@ from typing import Any, Optional
 
 from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR as HOST_LOCAL_DATA_DIR
 from cnichain.plugins.tuning.config import DEFAULT_DATA_DIR as TUNING_DATA_DIR
-from cnichain.tools.podstate import cache as cache_mod
-from cnichain.tools.podstate import files, kernel
+from cnichain.podstate import cache as cache_mod
+from cnichain.podstate import files, kernel
 from cnichain.plugins.portmap.listing import HeldMapping
 
 

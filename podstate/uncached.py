@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from cnichain.tools.podstate.view import NodeView
+from cnichain.podstate.view import NodeView
 
 
 @dataclass
