@@ -19,6 +19,7 @@ from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR as HOST_LOCAL_DA
 from cnichain.plugins.tuning.config import DEFAULT_DATA_DIR as TUNING_DATA_DIR
 from cnichain.podstate import cache as cache_mod
 from cnichain.podstate import files, kernel
+from cnichain.plugins.bridge.state import Masquerade
 from cnichain.plugins.portmap.listing import HeldMapping
 
 
@@ -43,7 +44,7 @@ class ContainerView:
     port_mappings: list[HeldMapping] = field(default_factory=list)
     shaping: list[dict] = field(default_factory=list)
     tuning_backups: list[files.TuningBackup] = field(default_factory=list)
-    masquerade: list[kernel.Masquerade] = field(default_factory=list)
+    masquerade: list[Masquerade] = field(default_factory=list)
     orphan_reasons: list[str] = field(default_factory=list)
 
     @property

@@ -173,8 +173,8 @@ class Reconciler:
             return False
         try:
             if rep.plugin_type not in surveys:
-                surveys[rep.plugin_type] = rep.survey(stack)
-            if rep.intact(surveys[rep.plugin_type], req):
+                surveys[rep.plugin_type] = rep.face.survey(stack)
+            if rep.face.intact(surveys[rep.plugin_type], req):
                 self.health[key] = OK
                 return True
         except Exception:  # noqa: BLE001 - doubt: the full check decides
@@ -184,7 +184,7 @@ class Reconciler:
     def _one(self, t: Target, rep: repair.Repairer, req: Request) -> int:
         key = f"{t.key}|{rep.plugin_type}"
         try:
-            missing = rep.check(req)
+            missing = rep.face.check(req)
         except Exception as exc:  # noqa: BLE001 - e.g. the pod's namespace vanished mid-check
             missing = f"check failed: {exc}"
         if missing is None:
@@ -220,8 +220,8 @@ class Reconciler:
             return 0
         started = time.perf_counter()
         try:
-            rep.repair(repair.as_command(req, "ADD"))
-            after = rep.check(req)
+            rep.face.repair(repair.as_command(req, "ADD"))
+            after = rep.face.check(req)
         except Exception as exc:  # noqa: BLE001 - CniError, a kernel refusal: report, go on
             after = f"{type(exc).__name__}: {exc}"
             if not isinstance(exc, CniError):
@@ -275,7 +275,7 @@ class Reconciler:
                 continue
             del self.watch[key]
             try:
-                w.repairer.undo(repair.as_command(w.request, "DEL"))
+                w.repairer.face.undo(repair.as_command(w.request, "DEL"))
                 self.log(f"reconcile: {w.target.key} was deleted right after its {w.repairer.plugin_type} repair: "
                          "removed what the repair put back")
             except Exception as exc:  # noqa: BLE001

@@ -13,7 +13,8 @@ from cnichain.plugins.bandwidth.config import ifb_name
 from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR
 from cnichain.node import install as installer
 from cnichain.plugins.portmap.listing import HeldMapping
-from cnichain.podstate import files, kernel, uncached
+from cnichain.plugins.bridge.state import Masquerade
+from cnichain.podstate import files, uncached
 from cnichain.podstate.view import ContainerView, NodeView
 
 
@@ -72,7 +73,7 @@ def _node() -> NodeView:
                                                                  f"{DEFAULT_DATA_DIR}/net/10.1.0.5")],
                          port_mappings=[HeldMapping("net", "lost", "tcp", 8080, "", 4, "10.1.0.5", 80)],
                          shaping=[{"kind": "ifb", "ifb": ifb_name("net", "lost"), "network": "net", "container_id": "lost"}],
-                         masquerade=[kernel.Masquerade("net", "lost", "eth0", ["10.1.0.5/24"])])
+                         masquerade=[Masquerade("net", "lost", "eth0", ["10.1.0.5/24"])])
     live = ContainerView("live", reservations=[files.Reservation("net", "10.1.0.6", "live", "eth0", "/x/net/10.1.0.6")])
     other_net = ContainerView("elsewhere", reservations=[files.Reservation("net", "10.1.0.7", "elsewhere", "eth1",
                                                                            "/x/net/10.1.0.7")])
@@ -87,7 +88,7 @@ def test_uncached_state_is_a_leak_only_when_the_runtime_answered_and_lacks_it():
     assert [lk.key for lk in leaks] == ["net/lost"]
     (leak,) = leaks
     assert leak.held() == ["host-local 10.1.0.5", "portmap tcp/8080", f"ifb {ifb_name('net', 'lost')}", "masquerade 10.1.0.5/24"]
-    assert leak.reservations[0][0] == DEFAULT_DATA_DIR
+    assert leak.held_by["host-local"][0][0] == DEFAULT_DATA_DIR
     assert uncached.render(leaks)[0].startswith("would collect net/lost (no cache entry")
     assert uncached.find(node, {"live", "lost"}, set())[0].key == "net/elsewhere"  # listed: kept
 
