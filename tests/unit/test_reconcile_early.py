@@ -109,8 +109,8 @@ def test_an_add_the_agent_served_reaches_the_reconciler_as_ownership(tmp_path):
     proc.served(SimpleNamespace(command="ADD", plugin_type="bandwidth", env=env, stdin=stdin), 1)  # failed: no hint
     proc.served(SimpleNamespace(command="DEL", plugin_type="bridge", env=env, stdin=stdin), 0)  # not an ADD
     proc.hints.send(b"not json\n{}")  # malformed: dropped
-    engine = SimpleNamespace(ownership=Ownership(lambda: []))
-    assert loop._read_hints(theirs, engine) == 1  # type: ignore[arg-type]
-    assert engine.ownership.ours("net/c1/eth0", "portmap") and not engine.ownership.ours("net/c1/eth0", "bandwidth")
+    ownership = Ownership(lambda: [])
+    assert loop._read_hints(theirs, ownership) == 1
+    assert ownership.ours("net/c1/eth0", "portmap") and not ownership.ours("net/c1/eth0", "bandwidth")
     proc.hints.close()
     theirs.close()
