@@ -22,6 +22,7 @@ from cnichain.agent.reconcile import netlink_events as ev
 from cnichain.agent.reconcile import status
 from cnichain.agent.reconcile.attachments import CacheReader
 from cnichain.agent.reconcile.leaks import CachedLeaks
+from cnichain.agent.reconcile.part import Shared
 from cnichain.agent.reconcile.repairs import Repairs
 from cnichain.agent.reconcile.settings import ReconcileConfig
 from cnichain.agent.reconcile.uncached_leaks import UncachedCollector
@@ -38,8 +39,9 @@ class Reconciler:
         self.clock, self.wall = clock, wall
         self.counters = status.Counters()
         self.reader = CacheReader()
-        self.repairs = Repairs(cfg, log, self.sandboxes, self.reader, self.counters, clock)
-        self.leaks = CachedLeaks(cfg, log, self.sandboxes, self.reader, self.counters, wall)
+        shared = Shared(cfg, log, self.sandboxes, self.reader, self.counters, clock, wall)
+        self.repairs = Repairs(shared)
+        self.leaks = CachedLeaks(shared)
         self.uncached = UncachedCollector(cfg, self.sandboxes, self.counters, log, wall)  # a lost cache's leaks
         self.pools: list[dict] = []  # host-local range sets: network, range_set, capacity, reserved, free
         self.pools_due = float("-inf")

@@ -11,15 +11,14 @@ ADD has not finished is not in it yet.  A cache entry that names no namespace is
 from __future__ import annotations
 
 import os
-from typing import Callable, Optional
+from typing import Optional
 
 from cnichain.podstate import gc as gc_mod
 from cnichain.podstate.cache import CacheEntry
 from cnichain.podstate.view import stale_reason
 
-from cnichain.agent.reconcile import status
-from cnichain.agent.reconcile.attachments import CacheReader, Target
-from cnichain.agent.reconcile.settings import ReconcileConfig
+from cnichain.agent.reconcile.attachments import Target
+from cnichain.agent.reconcile.part import Part, Shared
 
 DEL_TIMEOUT = 30.0  # per plugin exec of a collecting DEL: the loop repairs nothing meanwhile
 STALE_TMP_SECONDS = 3600.0  # a half-written cache file (a writer's crash) older than this is litter
@@ -33,25 +32,15 @@ def _ours(t: Target) -> bool:
     return any(p.get("type") in MODULES for p in t.conflist.plugins)
 
 
-class CachedLeaks:
+class CachedLeaks(Part):
     """Per cached attachment that looks dead: since when, what was decided, when to try again."""
 
-    def __init__(self, cfg: ReconcileConfig, log: Callable[[str], None], sandboxes: object, reader: CacheReader,
-                 counters: status.Counters, wall: Callable[[], float]) -> None:
-        self.cfg = cfg
-        self.log = log
-        self.sandboxes = sandboxes
-        self.reader = reader
-        self.counters = counters
-        self.wall = wall
+    def __init__(self, shared: Shared) -> None:
+        super().__init__(shared)
         self.gone_since: dict[str, float] = {}  # attachment key -> unix time first seen dead
         self.leaks: dict[str, str] = {}  # attachment key -> its state as a leak candidate
         self.retry_at: dict[str, float] = {}  # attachment key -> next teardown attempt (after a failure)
         self.stale: list[dict] = []
-
-    @property
-    def acting(self) -> bool:
-        return self.cfg.mode == "on"
 
     def load(self, doc: dict) -> None:
         if isinstance(doc.get("gone_since"), dict):

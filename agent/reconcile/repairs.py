@@ -20,18 +20,18 @@ import os
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from cnichain.common.errors import CniError
 from cnichain.common.skel import Request
 from cnichain.podstate.cri import SANDBOX_NOTREADY
 
 from cnichain.agent.reconcile import netlink_events as ev
-from cnichain.agent.reconcile import repair, status
-from cnichain.agent.reconcile.attachments import CacheReader, Target
+from cnichain.agent.reconcile import repair
+from cnichain.agent.reconcile.attachments import Target
 from cnichain.agent.reconcile.backoff import Backoff
 from cnichain.agent.reconcile.ownership import Ownership
-from cnichain.agent.reconcile.settings import ReconcileConfig
+from cnichain.agent.reconcile.part import Part, Shared
 
 CONFIRM_SECONDS = 0.5  # state must stay missing this long before a repair (a DEL in progress ends first)
 WATCH_SECONDS = 15.0  # how long after a repair a vanished cache entry means "undo it"
@@ -48,30 +48,20 @@ class Watched:
     request: Request
 
 
-class Repairs:
+class Repairs(Part):
     """Per (attachment, plugin): its health, whether it is ours, and the repairs being watched."""
 
-    def __init__(self, cfg: ReconcileConfig, log: Callable[[str], None], sandboxes: object, reader: CacheReader,
-                 counters: status.Counters, clock: Callable[[], float]) -> None:
-        self.cfg = cfg
-        self.log = log
-        self.sandboxes = sandboxes
-        self.reader = reader
-        self.counters = counters
-        self.clock = clock
-        self.backoff = Backoff(cfg.max_repairs, cfg.repair_window)
+    def __init__(self, shared: Shared) -> None:
+        super().__init__(shared)
+        self.backoff = Backoff(self.cfg.max_repairs, self.cfg.repair_window)
         self.owned: set[str] = set()  # "<network>/<cid>/<ifname>|<plugin>" seen installed
-        self.ownership = Ownership(cfg.plugin_dirs, clock)  # ours to protect before it was seen
+        self.ownership = Ownership(self.cfg.plugin_dirs, self.clock)  # ours to protect before it was seen
         self.health: dict[str, str] = {}  # same key -> OK, MISSING, ...
         self.details: dict[str, str] = {}  # same key -> what its check said
         self.watch: dict[str, Watched] = {}
         self.suspect: dict[str, float] = {}  # key -> when its state was first found missing
         self.retry_kinds: set[str] = set()  # kinds whose repair failed: the loop retries them soon
         self._states: Optional[tuple[float, Optional[dict[str, int]]]] = None  # (when, sandbox states)
-
-    @property
-    def acting(self) -> bool:
-        return self.cfg.mode == "on"
 
     def load(self, doc: dict) -> None:
         if isinstance(doc.get("owned"), list):
