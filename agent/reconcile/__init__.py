@@ -51,7 +51,7 @@ class Process:
     def start(self) -> None:
         if self.cfg.mode == "off":
             return
-        from cnichain.node.install import import_roots
+        from cnichain.node.launchers import import_roots
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         ours.setblocking(False)  # a full queue drops a hint, never blocks the agent's loop

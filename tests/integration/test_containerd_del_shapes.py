@@ -23,7 +23,7 @@ import sys
 
 import pytest
 
-from cnichain.node.install import conflists_dir
+from cnichain.node.launchers import conflists_dir
 from cnichain.tools.lab import isolate_conflist
 from cnichain.podstate.runtime import Attachment, ConfList, PluginFailed
 from tests.integration.footprint import footprint, leftovers

@@ -21,7 +21,7 @@ from typing import Optional
 import pytest
 
 from cnichain.tools import crio
-from cnichain.node.install import conflists_dir
+from cnichain.node.launchers import conflists_dir
 from cnichain.tools.lab import isolate_conflist
 from cnichain.podstate.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common.version import at_least

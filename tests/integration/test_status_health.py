@@ -19,7 +19,7 @@ from typing import Iterator
 
 import pytest
 
-from cnichain.node.install import conflists_dir
+from cnichain.node.launchers import conflists_dir
 from cnichain.podstate.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common.errors import Code
 

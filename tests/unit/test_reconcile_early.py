@@ -11,7 +11,7 @@ from cnichain.agent.reconcile import cache_events as ce
 from cnichain.agent.reconcile.ownership import Ownership
 from cnichain.plugins.bandwidth.config import ifb_name
 from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR
-from cnichain.node import install as installer
+from cnichain.node import launchers
 from cnichain.plugins.portmap.listing import HeldMapping
 from cnichain.plugins.bridge.state import Masquerade
 from cnichain.podstate import files, uncached
@@ -52,14 +52,14 @@ def test_a_cache_watch_sees_a_file_written_into_results(tmp_path):
 
 def test_only_our_own_executables_make_unseen_state_ours(tmp_path):
     ours, other = tmp_path / "ours", tmp_path / "other"
-    installer.install(str(ours), plugins=["portmap", "bandwidth"], agent_socket="")
+    launchers.install(str(ours), plugins=["portmap", "bandwidth"], agent_socket="")
     other.mkdir()
     (other / "portmap").write_text("#!/bin/sh\nexec true\n")
     os.chmod(other / "portmap", 0o755)
     shutil.copy2(ours / "bandwidth", other / "bandwidth")  # a copy of our launcher is still ours
-    assert installer.written_here(str(ours / "portmap"), "portmap")
-    assert not installer.written_here(str(ours / "portmap"), "bandwidth")  # not that plugin's launcher
-    assert not installer.written_here(str(other / "portmap"), "portmap")
+    assert launchers.written_here(str(ours / "portmap"), "portmap")
+    assert not launchers.written_here(str(ours / "portmap"), "bandwidth")  # not that plugin's launcher
+    assert not launchers.written_here(str(other / "portmap"), "portmap")
     first = Ownership(lambda: [str(other), str(ours)])  # libcni's order: the first match is what runs
     assert not first.ours("n/c/eth0", "portmap") and first.ours("n/c/eth0", "bandwidth")
     first.served("n/c/eth0", "portmap")  # the agent answered that ADD itself
