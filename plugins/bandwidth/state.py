@@ -7,7 +7,8 @@
 * survey: one host netlink session with every link and qdisc of the node; intact: the structure
   CHECK verifies, from it and one filter dump, without entering the pod;
 * node view: :func:`shapings` (its IFBs, their TBF, the host veths redirecting to them) and
-  :func:`pod_shaping` (what it keeps in a pod's namespace), through its netlink calls;
+  :func:`pod_shaping` (what it keeps in a pod's namespace), through its netlink calls, and
+  :func:`attribute`, which names the container each belongs to;
 * leftovers: its GC steps for one owner's IFB (the redirect and qdiscs of a veth still pointing
   at it, then the IFB).
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from cnichain.common.errors import CniError
 from cnichain.common.plugin_state import TC, Leftovers, PluginState, Repair, checked
@@ -213,6 +214,52 @@ def shapings(node_netns: Optional[str]) -> tuple[list[Shaping], dict[str, dict]]
                     shaping.ingress = _tbf_view(vroot.tbf, ticks)
             out.append(shaping)
     return out, veth_tbf
+
+
+def attribute(shaped: list[Shaping], veth_tbf: dict[str, dict], attachments: list[Any],
+              in_pod: Callable[[str, str, str], dict]
+              ) -> tuple[list[tuple[str, dict]], list[dict], dict[str, str]]:
+    """The node view's shaping per container, from :func:`shapings` and the cached attachments
+    (each with ``network``, ``container_id``, ``ifname``, ``netns``, ``netns_alive``, ``result``):
+    (container ID, document) pairs, the documents of IFBs nobody can be named for, and per IFB
+    that no host veth redirects to any more why it is an orphan.  ``in_pod`` reads the pod's side
+    (:func:`pod_shaping`, {} when it cannot)."""
+    from dataclasses import asdict
+
+    from cnichain.plugins.bandwidth.config import ifb_name
+
+    owned: list[tuple[str, dict]] = []
+    anonymous: list[dict] = []
+    orphans: dict[str, str] = {}
+    # IFBs the reference made carry no alias: name them from the attachments we know of.
+    known = {ifb_name(e.network, e.container_id): (e.network, e.container_id) for e in attachments}
+    for s in shaped:
+        if not s.container_id and s.ifb in known:
+            s.network, s.container_id = known[s.ifb]
+        if not s.host_veth:
+            orphans[s.ifb] = f"IFB {s.ifb} has no host veth redirecting to it (the pod's veth is gone)"
+        doc = {"kind": "ifb", **asdict(s)}
+        if s.container_id:
+            owned.append((s.container_id, doc))
+        else:
+            anonymous.append(doc)
+    seen_veths = {s.host_veth for s in shaped}
+    shaped_ids = {s.container_id for s in shaped if s.container_id}
+    for e in attachments:  # no host IFB: a TBF on the host veth the result names, and the pod's side
+        shaping: dict = {}
+        for iface in e.result.get("interfaces") or []:
+            name = iface.get("name") if isinstance(iface, dict) else None
+            if name in veth_tbf and not iface.get("sandbox") and name not in seen_veths:
+                shaping = {"kind": "veth", "network": e.network, "host_veth": name, "ingress": veth_tbf[name]}
+        if e.netns_alive and e.ifname and e.container_id not in shaped_ids:
+            inside = in_pod(e.netns, e.ifname, ifb_name(e.network, e.container_id))
+            if inside:  # layout split (host veth in, pod out) or pod (both inside)
+                shaping = {"kind": "pod", "network": e.network, "host_veth": shaping.get("host_veth", ""),
+                           "ifname": e.ifname, "ingress": inside.get("ingress", shaping.get("ingress")),
+                           "egress": inside.get("egress")}
+        if shaping:
+            owned.append((e.container_id, shaping))
+    return owned, anonymous, orphans
 
 
 # -- leftovers ------------------------------------------------------------------------------------
