@@ -53,7 +53,7 @@ class RunningAgent:
 
 def agent_command(socket_path: str, *args: str) -> list[str]:
     """argv that starts an agent with this installation's interpreter and import roots."""
-    from cnichain.node.install import import_roots
+    from cnichain.node.launchers import import_roots
 
     roots = import_roots()
     code = (f"import sys; sys.path[0:0] = {roots!r}; "

@@ -60,7 +60,7 @@ def launcher_target(binary: str) -> Optional[tuple[str, str]]:
         config = read_config(data)
         return (config.plugin_type, config.socket) if config is not None else None
     head = data.decode("utf-8", "replace")
-    from cnichain.node.install import MARKER
+    from cnichain.node.launchers import MARKER
 
     if MARKER not in head:
         return None

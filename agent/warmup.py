@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 def load_plugins(extra: Optional[dict[str, str]] = None) -> dict[str, Any]:
     """Plugin type -> ``Plugin`` for every plugin package present, plus ``extra`` (type -> module)."""
-    from cnichain.node.install import available_plugins
+    from cnichain.node.launchers import available_plugins
 
     modules = {t: f"cnichain.plugins.{m}.plugin" for t, m in available_plugins().items()}
     modules.update(extra or {})

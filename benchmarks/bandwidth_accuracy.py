@@ -38,10 +38,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)  # the checkout: cnichain/ links to the top-level packages
 
-from cnichain.node import install  # noqa: E402
+from cnichain.node import launchers  # noqa: E402
 from cnichain.plugins.bandwidth.config import LAYOUTS  # noqa: E402
 from cnichain.tools.lab import Lab, isolate_conflist  # noqa: E402
-from cnichain.tools.runtime import Attachment, ConfList, Runtime  # noqa: E402
+from cnichain.podstate.runtime import Attachment, ConfList, Runtime  # noqa: E402
 
 POD_SUBNET = "10.77.0.0/24"
 POD_GW = "10.77.0.1"
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     bin_dir = tempfile.mkdtemp(prefix="bwbench-bin-")
     try:
-        install.install(bin_dir)
+        launchers.install(bin_dir)
         rows = run(args.rates, args.burst, args.seconds, args.omit, bin_dir, args.layout)
     finally:
         shutil.rmtree(bin_dir, ignore_errors=True)

@@ -65,14 +65,14 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=40)
     p.add_argument("--out", default="benchmarks/results")
     ns = p.parse_args()
-    from cnichain.node import install
+    from cnichain.node import launchers
     from cnichain.node.bundle.build import build
 
     work = tempfile.mkdtemp(prefix="cnichain-bundle-bench-")
     try:
         report = build(os.path.join(work, "out"), "/opt/cni", agent_socket="")
         venv_bin = os.path.join(work, "venv-bin")
-        install.install(venv_bin, agent_socket="")
+        launchers.install(venv_bin, agent_socket="")
         private_opt(os.path.join(work, "out", "opt", "cni"))
         def hl(kind: str) -> bytes:  # one IPAM directory per kind: both ADD the same container
             return json.dumps({"cniVersion": "1.0.0", "name": "bench", "type": "bridge",
@@ -81,7 +81,7 @@ def main() -> int:
         base = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "CNI_CONTAINERID": "bench", "CNI_NETNS": "/run/netns/none",
                 "CNI_IFNAME": "eth0", "CNI_PATH": "/nonexistent"}
         cases: list[tuple[str, str, dict[str, str], Callable[[str], bytes] | None]] = [
-            (t, "VERSION", {"CNI_COMMAND": "VERSION"}, None) for t in sorted(install.PLUGINS)]
+            (t, "VERSION", {"CNI_COMMAND": "VERSION"}, None) for t in sorted(launchers.PLUGINS)]
         cases += [("host-local", "ADD", dict(base, CNI_COMMAND="ADD"), hl), ("host-local", "DEL", dict(base, CNI_COMMAND="DEL"), hl)]
         samples: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
         for _ in range(ns.runs):  # interleaved: both kinds see the same machine state

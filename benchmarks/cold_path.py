@@ -75,11 +75,11 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--json", default="", help="also write the numbers here")
     a = ap.parse_args()
-    from cnichain.node import install as installer
+    from cnichain.node import launchers
 
     with tempfile.TemporaryDirectory(prefix="cnichain-coldpath-") as scratch:
         bindir = os.path.join(scratch, "bin")
-        installer.install(bindir, native=False)  # the Python launchers themselves: the cold path
+        launchers.install(bindir, native=False)  # the Python launchers themselves: the cold path
         cases = [(t, lbl, env, stdin) for t, lbl, env, stdin in scenarios(scratch) if os.path.exists(os.path.join(bindir, t))]
         floor_argv = [sys.executable, "-I", "-S", "-c", "pass"]
         times: dict[str, list[float]] = {"floor": []}

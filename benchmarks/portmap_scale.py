@@ -31,7 +31,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)  # the checkout: cnichain/ links to the top-level packages
 
 from cnichain.benchmarks.measure import timed_exec, trimmed_mean  # noqa: E402
-from cnichain.node import install  # noqa: E402
+from cnichain.node import launchers  # noqa: E402
 from cnichain.tools.lab import Lab  # noqa: E402
 from cnichain.common import netns  # noqa: E402
 
@@ -152,7 +152,7 @@ def main() -> int:
         return 2
     results = {"pods": args.pods, "reps": args.reps}
     with tempfile.TemporaryDirectory(prefix="pmbench-bin-") as bin_dir:
-        install.install(bin_dir)
+        launchers.install(bin_dir)
         results["cnichain"] = scenario(os.path.join(bin_dir, "portmap"), bin_dir, args.pods, args.reps,
                                        lambda lab, n: populate_ours(n))
     if os.path.isfile(REFERENCE):

@@ -38,7 +38,7 @@ from typing import Any, Optional
 
 from cnichain.benchmarks.latency.options import DEFAULT_CONFLIST, DEFAULT_REFERENCE_DIR
 from cnichain.benchmarks.measure import clock, stats, timed_exec
-from cnichain.tools.runtime import Attachment, ConfList, PluginFailed, Runtime
+from cnichain.podstate.runtime import Attachment, ConfList, PluginFailed, Runtime
 
 SCHEMA = "cnichain-warm-floor/1"
 KINDS = ("netlink", "nftables", "sysctl")
@@ -202,10 +202,10 @@ def ratio(ours: Optional[float], ref: Optional[float]) -> Optional[float]:
 
 def run(pods: int, reference_dir: str, floor_samples: int, conflist: str = "",
         profile: Optional[set[str]] = None) -> dict:
-    from cnichain.node import install as installer
+    from cnichain.node import launchers
     from cnichain.tools.lab import Lab
 
-    with open(conflist or os.path.join(installer.conflists_dir(), DEFAULT_CONFLIST), "rb") as fh:
+    with open(conflist or os.path.join(launchers.conflists_dir(), DEFAULT_CONFLIST), "rb") as fh:
         base = json.loads(fh.read())
     plugins = warm_plugins()
     ref_types = {t for t in (p["type"] for p in base["plugins"]) if os.path.isfile(os.path.join(reference_dir, t))}
@@ -215,7 +215,7 @@ def run(pods: int, reference_dir: str, floor_samples: int, conflist: str = "",
     with Lab(prefix="cnicwf") as lab:
         bin_dir = lab.path("bin")
         os.makedirs(bin_dir, exist_ok=True)
-        installer.install(bin_dir)
+        launchers.install(bin_dir)
         warm = WarmRuntime(plugins, [bin_dir], lab.path("cache-warm"), lab.node, profile)
         ref_node = lab.netns("refnode")
         ref = Runtime([reference_dir], lab.path("cache-ref"), node_netns=ref_node,

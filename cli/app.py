@@ -18,7 +18,7 @@ import typer
 from cnichain.common.shim import DEFAULT_SOCKET
 from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR as HOST_LOCAL_DATA_DIR
 from cnichain.plugins.tuning.config import DEFAULT_DATA_DIR as TUNING_DATA_DIR
-from cnichain.tools.podstate.cache import LIBCNI_CACHE_DIR, RUNNER_CACHE_DIR
+from cnichain.podstate.cache import LIBCNI_CACHE_DIR, RUNNER_CACHE_DIR
 
 app = typer.Typer(
     add_completion=False,
@@ -71,7 +71,7 @@ def exec_cmd(
 ) -> None:
     """Run a CNI config list the way containerd / CRI-O do (ADD in order, DEL in reverse with the cached result)."""
     from cnichain.tools import exec_command
-    from cnichain.tools.runtime import PluginFailed
+    from cnichain.podstate.runtime import PluginFailed
 
     try:
         result = exec_command.run(command, conflist, netns=netns, container_id=container_id, ifname=ifname,
@@ -104,12 +104,12 @@ def install(
     and the Python launcher it falls back to goes to BIN_DIR/.cnichain-cold/TYPE; otherwise the
     executable is the Python launcher itself.
     """
-    from cnichain.node import install as inst
+    from cnichain.node import launchers
 
     if conflist and not conf_dir:
         _fail("--conflist needs --conf-dir")
     try:
-        report = inst.install(bin_dir, conf_dir or None, conflist or None, force=force,
+        report = launchers.install(bin_dir, conf_dir or None, conflist or None, force=force,
                               native=False if python_launchers else None)
     except FileNotFoundError as exc:
         _fail(f"no such conflist: {exc.filename}")
@@ -128,9 +128,9 @@ def install(
 @app.command()
 def uninstall(bin_dir: str = typer.Option("/opt/cni/bin", "--bin-dir")) -> None:
     """Remove exactly the files a previous install wrote (and left unmodified), cold launchers included."""
-    from cnichain.node import install as inst
+    from cnichain.node import launchers
 
-    report = inst.uninstall(bin_dir)
+    report = launchers.uninstall(bin_dir)
     for path in report.removed:
         typer.echo(f"removed    {path}")
     for path in report.refused:
@@ -142,7 +142,7 @@ def uninstall(bin_dir: str = typer.Option("/opt/cni/bin", "--bin-dir")) -> None:
 @app.command()
 def conflists() -> None:
     """List the conflists shipped with cnichain."""
-    from cnichain.node.install import conflists_dir
+    from cnichain.node.launchers import conflists_dir
 
     for name in sorted(os.listdir(conflists_dir())):
         if name.endswith((".conflist", ".conf")):
@@ -199,8 +199,8 @@ def inspect(
 
     Reads host-local reservations, tuning backups, portmap mappings, bandwidth shaping and bridge masquerade rules from the kernel and the plugins' files, joined with the runtimes' result cache. A container is an orphan when it is not in --live (if given), has no cache entry, its cached netns is gone, or its IFB has lost its veth.
     """
-    from cnichain.tools.podstate import render, view
-    from cnichain.tools.podstate.sandboxes import required_listing
+    from cnichain.podstate import render, view
+    from cnichain.podstate.sandboxes import required_listing
 
     try:
         view.check_inputs(cache_dir, ipam_dir, tuning_dir, node_netns, [container, *live] if container else live, network)
@@ -233,8 +233,8 @@ def gc(
 
     DEL for each cached attachment without a live pod (its netns is gone, or it is not in --valid), with the conflist, result and arguments the runtime cached; then CNI GC per network (cniVersion 1.1.0) with the live attachments as valid; with --runtime-endpoint, also the state of our plugins that no cache entry names, of containers the runtime does not list (a lost cache's leaks). Shows the plan and changes nothing unless --apply.
     """
-    from cnichain.tools.podstate import gc as gc_mod
-    from cnichain.tools.runtime import ConfigError
+    from cnichain.podstate import gc as gc_mod
+    from cnichain.podstate.runtime import ConfigError
 
     if apply and dry_run:
         _fail("--apply and --dry-run contradict each other", 2)
@@ -280,16 +280,16 @@ def node_install(
     interval: float = typer.Option(5.0, "--interval", min=0.1, max=300.0, help="--watch poll interval, seconds"),
 ) -> None:
     """Stage the tree in versions/<id>, switch 'current', write launchers, run them, write the conflist last."""
-    from cnichain.node import installer
+    from cnichain.node import bundle_install
     from cnichain.node.bundle.layout import LayoutError
     from cnichain.node.chain import ChainError
 
-    cfg = installer.NodeConfig(host_root=host_root, prefix=prefix, bin_dir=bin_dir, conf_dir=conf_dir, mode=mode,
+    cfg = bundle_install.NodeConfig(host_root=host_root, prefix=prefix, bin_dir=bin_dir, conf_dir=conf_dir, mode=mode,
                                conf_name=conf_name, conflist=conflist, replace_foreign=replace_foreign,
                                agent_socket=agent_socket)
     try:
-        report = installer.install(cfg)
-    except (installer.InstallError, ChainError, LayoutError, OSError, ValueError) as exc:
+        report = bundle_install.install(cfg)
+    except (bundle_install.InstallError, ChainError, LayoutError, OSError, ValueError) as exc:
         _fail(str(exc))
     for path in report.written:
         typer.echo(f"wrote      {path}")
@@ -300,7 +300,7 @@ def node_install(
     for path in report.removed:
         typer.echo(f"pruned     {path}")
     if watch and mode == "chain":
-        raise typer.Exit(installer.watch(cfg, interval, log=typer.echo))
+        raise typer.Exit(bundle_install.watch(cfg, interval, log=typer.echo))
 
 
 @node_app.command("uninstall")
@@ -312,13 +312,13 @@ def node_uninstall(
     force: bool = typer.Option(False, "--force", help="Also remove our files that were changed since"),
 ) -> None:
     """Remove our conflist, launchers, 'current' and every version: the only command that removes the conflist."""
-    from cnichain.node import installer
+    from cnichain.node import bundle_install
 
-    cfg = installer.NodeConfig(host_root=host_root, prefix=prefix, bin_dir=bin_dir, conf_dir=conf_dir, mode="own",
+    cfg = bundle_install.NodeConfig(host_root=host_root, prefix=prefix, bin_dir=bin_dir, conf_dir=conf_dir, mode="own",
                                conf_name="", conflist="", replace_foreign=False, agent_socket="")
     try:
-        report = installer.uninstall(cfg, force=force)
-    except (installer.InstallError, OSError, ValueError) as exc:
+        report = bundle_install.uninstall(cfg, force=force)
+    except (bundle_install.InstallError, OSError, ValueError) as exc:
         _fail(str(exc))
     for path in report.removed:
         typer.echo(f"removed    {path}")
@@ -340,7 +340,7 @@ def node_probe(
     With ``--runtime-endpoint`` the runtime must also report NetworkReady and have loaded a pod
     network (``--conflist``: exactly that file), i.e. the runtime runs our chain.
     """
-    from cnichain.node import probe
+    from cnichain.tools import probe
 
     try:
         notes = [probe.agent(socket_path)] if socket_path else []

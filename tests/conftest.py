@@ -14,9 +14,9 @@ from typing import Any, Iterator, Optional
 
 import pytest
 
-from cnichain.node import install as installer
+from cnichain.node import launchers
 from cnichain.tools.lab import Lab
-from cnichain.tools.runtime import Runtime
+from cnichain.podstate.runtime import Runtime
 from tests import required
 from tests.specver import ALL_VERSIONS, CHAINING_VERSIONS, CHECK_VERSIONS
 
@@ -107,7 +107,7 @@ def plugin_dir(tmp_path_factory: pytest.TempPathFactory, agent_socket: str) -> I
     path = str(tmp_path_factory.mktemp("cnibin"))
     if agent_socket and required.under_run():
         required.native_shim()  # warm under ./run means the production path: shim, then agent
-    report = installer.install(path, agent_socket=agent_socket)
+    report = launchers.install(path, agent_socket=agent_socket)
     assert not report.refused
     if agent_socket and required.under_run():
         with open(os.path.join(path, "bridge"), "rb") as fh:

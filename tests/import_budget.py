@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
-from cnichain.node import install as installer
+from cnichain.node import launchers
 
 ALWAYS_FORBIDDEN = ("typer", "click", "rich", "cnichain.cli", "logging")
 HEAVY = ("pyroute2", "nftables")
@@ -23,7 +23,7 @@ def imported_modules(
     """Run ``launcher`` once (after ``prefix``, e.g. ``ip netns exec NS``); return
     (exit code, {module: cumulative µs}, stdout)."""
     full_env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **env}
-    launcher = installer.python_launcher(launcher)  # behind a native shim: its cold launcher
+    launcher = launchers.python_launcher(launcher)  # behind a native shim: its cold launcher
     with open(launcher) as fh:
         shebang = fh.readline()[2:].split()
     # The launcher's own interpreter and flags, plus -X importtime.

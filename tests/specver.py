@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import pytest
 
-from cnichain.tools.runtime import Attachment, ConfList, PluginFailed, Runtime
+from cnichain.podstate.runtime import Attachment, ConfList, PluginFailed, Runtime
 from cnichain.common.errors import Code
 from cnichain.common.version import ALL, at_least, starting_from
 

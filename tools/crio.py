@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from cnichain.common import atomic
-from cnichain.tools.runtime import Attachment, ConfigError, ConfList, PluginFailed, Runtime
+from cnichain.podstate.runtime import Attachment, ConfigError, ConfList, PluginFailed, Runtime
 from cnichain.common.errors import CniError
 from cnichain.common.version import at_least
 

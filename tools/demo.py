@@ -17,9 +17,9 @@ import sys
 import time
 from typing import Optional
 
-from cnichain.node import install as installer
+from cnichain.node import launchers
 from cnichain.tools.lab import Lab, isolate_conflist
-from cnichain.tools.runtime import Attachment, ConfigError, ConfList, PluginFailed, Runtime
+from cnichain.podstate.runtime import Attachment, ConfigError, ConfList, PluginFailed, Runtime
 
 DEFAULT_CONFLIST = "cnichain-default.conflist"
 NODE_ADDR, OUTSIDE_ADDR = "198.18.0.1", "198.18.0.2"  # benchmark-test range, only inside the lab
@@ -70,9 +70,9 @@ def _ok(ok: bool, text: str) -> bool:
 
 
 def _load_default(name: Optional[str]) -> tuple[str, dict]:
-    path = name or os.path.join(installer.conflists_dir(), DEFAULT_CONFLIST)
+    path = name or os.path.join(launchers.conflists_dir(), DEFAULT_CONFLIST)
     if not os.path.exists(path):
-        path = os.path.join(installer.conflists_dir(), name or DEFAULT_CONFLIST)
+        path = os.path.join(launchers.conflists_dir(), name or DEFAULT_CONFLIST)
     with open(path, "rb") as fh:
         return path, json.loads(fh.read())
 
@@ -107,8 +107,8 @@ def run_demo(conflist: Optional[str] = None, pods: int = 2, pause: bool = False)
 def _demo(lab: Lab, conflist_name: Optional[str], pods: int) -> int:
     path, raw = _load_default(conflist_name)
     bin_dir = lab.path("bin", "x").rsplit("/", 1)[0]
-    installer.install(bin_dir)
-    available = set(installer.available_plugins())
+    launchers.install(bin_dir)
+    available = set(launchers.available_plugins())
     wanted = _chain_types(raw)
     missing = [t for t in wanted if t not in available]
     if missing:

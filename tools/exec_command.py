@@ -2,9 +2,9 @@
 
 The values arrive as text: capability arguments as ``NAME=JSON`` or a JSON file of them, CNI_ARGS
 as ``K=V``, GC's live attachments as ``CID`` or ``CID/IFNAME``.  :func:`run` checks them, builds the
-:class:`~cnichain.tools.runtime.Attachment` and calls the one :class:`~cnichain.tools.runtime.Runtime`
+:class:`~cnichain.podstate.runtime.Attachment` and calls the one :class:`~cnichain.podstate.runtime.Runtime`
 method the command names, the way containerd and CRI-O would.  Bad input is a
-:class:`~cnichain.tools.runtime.ConfigError` naming the option, raised before any plugin runs.
+:class:`~cnichain.podstate.runtime.ConfigError` naming the option, raised before any plugin runs.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from cnichain.tools.runtime import Attachment, ConfigError, ConfList, Runtime, plugin_dirs
+from cnichain.podstate.runtime import Attachment, ConfigError, ConfList, Runtime, plugin_dirs
 
 COMMANDS = ("ADD", "DEL", "CHECK", "GC", "STATUS")
 

@@ -13,12 +13,13 @@ whose namespace is long gone.  The agent runs all the time; this package is what
 * ``uncached_leaks``: state of containers no cache entry names and the runtime does not list;
 * ``attachments``: live attachments and each plugin's input, from the runtimes' result caches
   (each file parsed again only when it changed);
-* ``repair``: per plugin, its own check and its own repair (portmap, bandwidth, bridge's ipMasq and
-  macspoofchk rules);
-* ``budget``: backing off from whoever keeps removing our state;
-* which pod sandboxes the runtime lists (CRI) is :mod:`cnichain.tools.podstate.sandboxes`, shared
+* ``repair``: the plugins with a repair face (their ``state.py``, found through the registry) and
+  each one's input; ``repairs``: the repair pass over live attachments, its confirmations and
+  watches; ``leaks``: collecting cached attachments that died, and the cache's litter;
+* ``backoff``: backing off from whoever keeps removing our state;
+* which pod sandboxes the runtime lists (CRI) is :mod:`cnichain.podstate.sandboxes`, shared
   with ``cnichain inspect`` and ``cnichain gc``;
-* ``engine``: the decisions (repair, leaks, cache hygiene), ``status``: the view it publishes;
+* ``engine``: the sweep and the published view over those parts, ``status``: that view;
 * ``loop``: the reconciler process; :class:`Process` (here): how the agent starts and stops it.
 """
 
@@ -50,7 +51,7 @@ class Process:
     def start(self) -> None:
         if self.cfg.mode == "off":
             return
-        from cnichain.node.install import import_roots
+        from cnichain.node.launchers import import_roots
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         ours.setblocking(False)  # a full queue drops a hint, never blocks the agent's loop

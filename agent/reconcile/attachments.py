@@ -4,7 +4,7 @@ A libcni cache entry (``<cacheDir>/results/<network>-<containerID>-<ifname>``) h
 runtime sent at ADD: the conflist, CNI_ARGS and capability arguments, and the chain's final result.
 From it each plugin's stdin is rebuilt exactly as libcni builds it (:meth:`Runtime.plugin_config`),
 so a repair is the plugin's own code run on the plugin's own input.  Entries are parsed and
-validated by :mod:`cnichain.tools.podstate.cache` (IDs, ifnames) before anything is built from them.
+validated by :mod:`cnichain.podstate.cache` (IDs, ifnames) before anything is built from them.
 
 The reconciler looks at the caches on every pass, but a runtime writes an entry once at ADD and
 removes it at DEL: :class:`CacheReader` reads and parses only files whose (inode, mtime, size)
@@ -19,8 +19,8 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from cnichain.tools.podstate.cache import CacheEntry, entry_paths, read_entry
-from cnichain.tools.runtime import Attachment, ConfigError, ConfList, Runtime
+from cnichain.podstate.cache import CacheEntry, entry_paths, read_entry
+from cnichain.podstate.runtime import Attachment, ConfigError, ConfList, Runtime
 
 
 @dataclass

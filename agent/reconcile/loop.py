@@ -26,12 +26,13 @@ from cnichain.agent.log import AgentLog
 from cnichain.agent.reconcile import cache_events
 from cnichain.agent.reconcile import netlink_events as ev
 from cnichain.agent.reconcile.engine import Reconciler
-from cnichain.tools.podstate.sandboxes import source
+from cnichain.agent.reconcile.ownership import Ownership
+from cnichain.podstate.sandboxes import source
 from cnichain.agent.reconcile.settings import ReconcileConfig, parse
 
 PR_SET_PDEATHSIG = 1
 WATCH_TICK = 1.0  # while a repair is being watched, look at the cache this often
-RETRY_AFTER = 0.5  # a suspected loss is confirmed, a failed repair retried, this soon (budget-bounded)
+RETRY_AFTER = 0.5  # a suspected loss is confirmed, a failed repair retried, this soon (bounded by the back-off)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -101,7 +102,7 @@ def run(cfg: ReconcileConfig, parent: int = 0) -> int:
         while not stop:
             now = time.monotonic()
             deadline = next_sweep if pending is None else min(next_sweep, pending)
-            if engine.watch:
+            if engine.repairs.watch:
                 deadline = min(deadline, now + WATCH_TICK)
             for key, _mask in sel.select(max(0.0, deadline - now)):
                 if key.data is None:
@@ -112,7 +113,7 @@ def run(cfg: ReconcileConfig, parent: int = 0) -> int:
                         pass
                     continue
                 if key.data is hints and hints is not None:
-                    if _read_hints(hints, engine) and watch is None and pending is None:
+                    if _read_hints(hints, engine.repairs.ownership) and watch is None and pending is None:
                         kinds |= ev.ALL  # no cache watch: look soon, the cache entry follows the ADD
                         pending = time.monotonic() + 1.0
                     continue
@@ -145,11 +146,11 @@ def run(cfg: ReconcileConfig, parent: int = 0) -> int:
                 kinds.clear()
                 pending = None
                 _pass(engine, log, todo)
-            elif engine.watch:
+            elif engine.repairs.watch:
                 _pass(engine, log, frozenset())
-            if engine.retry_kinds and pending is None:
-                kinds |= engine.retry_kinds
-                engine.retry_kinds.clear()
+            if engine.repairs.retry_kinds and pending is None:
+                kinds |= engine.repairs.retry_kinds
+                engine.repairs.retry_kinds.clear()
                 pending = time.monotonic() + RETRY_AFTER
     finally:
         engine.save()
@@ -182,12 +183,12 @@ def _hints(cfg: ReconcileConfig) -> Optional[socket.socket]:
     return sock
 
 
-def _read_hints(sock: socket.socket, engine: Reconciler) -> int:
+def _read_hints(sock: socket.socket, ownership: Ownership) -> int:
     """The agent's served ADDs: ``{"type", "cid", "ifname"}`` JSON, a newline, the plugin's stdin
     (its network name).  Anything malformed is dropped: a hint only ever adds ownership."""
     import json
 
-    from cnichain.tools.podstate.cache import valid_id, valid_ifname
+    from cnichain.podstate.cache import valid_id, valid_ifname
 
     n = 0
     for _ in range(1024):  # bounded: the rest waits for the next wakeup
@@ -206,7 +207,7 @@ def _read_hints(sock: socket.socket, engine: Reconciler) -> int:
         except (ValueError, KeyError, TypeError):
             continue
         if valid_id(network) and valid_id(cid) and valid_ifname(ifname):
-            engine.ownership.served(f"{network}/{cid}/{ifname}", ptype)
+            ownership.served(f"{network}/{cid}/{ifname}", ptype)
             n += 1
     return n
 
@@ -214,10 +215,10 @@ def _read_hints(sock: socket.socket, engine: Reconciler) -> int:
 def _pass(engine: Reconciler, log: AgentLog, kinds: frozenset[str]) -> None:
     try:
         if kinds:
-            engine.repair_pass(kinds)
+            engine.repairs.repair_pass(kinds)
             engine.save()
         else:
-            engine._check_watch()
+            engine.repairs.check_watch()
     except Exception as exc:  # noqa: BLE001 - never leave over one bad pass; the sweep retries
         log(f"reconcile: pass failed: {exc!r}")
 

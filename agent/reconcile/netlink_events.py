@@ -20,6 +20,8 @@ import errno
 import socket
 import struct
 
+from cnichain.common.plugin_state import KINDS, NFT, TC
+
 NETLINK_ROUTE = 0
 NETLINK_NETFILTER = 12
 NFNLGRP_NFTABLES = 7
@@ -30,9 +32,7 @@ NFNL_SUBSYS_NFTABLES = 10
 NFT_DELETIONS = frozenset({2, 5, 8, 11, 14})
 # RTM_DELLINK, RTM_DELQDISC, RTM_DELTFILTER
 RTM_DELETIONS = frozenset({17, 37, 45})
-NFT = "nftables"  # kinds of change, as the repairers declare which they care about
-TC = "tc"
-ALL = frozenset({NFT, TC})
+ALL = KINDS  # every kind of change a repairer declares it cares about (NFT, TC)
 _HEADER = struct.Struct("=IHHII")
 _RCVBUF = 4 << 20
 

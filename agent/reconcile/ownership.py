@@ -9,7 +9,7 @@ entry exists, provided the state is ours to re-create:
 * the agent served that plugin's ADD for the attachment itself (:meth:`Ownership.served`), or
 * the executable the runtime runs for that plugin type -- the first file of that name in the
   plugin directories, as libcni looks it up -- is one of our own executables
-  (:func:`cnichain.node.install.written_here`).
+  (:func:`cnichain.node.launchers.written_here`).
 
 A conflist that names ``portmap`` while the bin dir holds another implementation is therefore
 never "repaired" into a second set of rules; for those plugins the old rule stays: state this
@@ -46,7 +46,7 @@ class Ownership:
         return None
 
     def installed_by_us(self, plugin_type: str) -> bool:
-        from cnichain.node.install import written_here
+        from cnichain.node.launchers import written_here
 
         path = self.executable(plugin_type)
         if path is None:

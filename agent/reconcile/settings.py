@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from cnichain.tools.podstate.cache import LIBCNI_CACHE_DIR, RUNNER_CACHE_DIR
+from cnichain.podstate.cache import LIBCNI_CACHE_DIR, RUNNER_CACHE_DIR
 
 MODES = ("off", "dry-run", "on")
 DEFAULT_CACHE_DIRS = (LIBCNI_CACHE_DIR, RUNNER_CACHE_DIR)
@@ -45,7 +45,7 @@ class ReconcileConfig:
     repair_window: float = 60.0
 
     def plugin_dirs(self) -> list[str]:
-        from cnichain.tools.runtime import plugin_dirs
+        from cnichain.podstate.runtime import plugin_dirs
 
         return plugin_dirs(self.bin_dirs)
 
@@ -54,7 +54,7 @@ class ReconcileConfig:
 
     def validate(self) -> None:
         """Refuse settings that are not what they claim to be (ValueError), before anything runs."""
-        from cnichain.tools.podstate.cache import valid_id
+        from cnichain.podstate.cache import valid_id
 
         if self.mode not in MODES:
             raise ValueError(f"--reconcile {self.mode!r}: expected one of {', '.join(MODES)}")

@@ -1,6 +1,6 @@
 """The reconciler's part in collecting leaks that no result-cache entry names (a lost cache).
 
-The finding and the removal are :mod:`cnichain.tools.podstate.uncached`'s (shared with ``cnichain
+The finding and the removal are :mod:`cnichain.podstate.uncached`'s (shared with ``cnichain
 gc``); here is when to act.  Only with a runtime listing (CRI ``ListPodSandbox``): a container it
 does not list, that no cache entry names, whose state has stayed so for the grace period, is
 collected after a *fresh* listing still lacks it and no cache entry has appeared for it meanwhile.
@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from typing import Callable, Optional
 
-from cnichain.tools.podstate import uncached
-from cnichain.tools.podstate.cache import entry_paths
+from cnichain.podstate import uncached
+from cnichain.podstate.cache import entry_paths
 
 from cnichain.agent.reconcile.settings import ReconcileConfig
 from cnichain.agent.reconcile.status import Counters
@@ -48,8 +48,8 @@ class UncachedCollector:
         return any(f"-{cid}-" in os.path.basename(p) for d in self.cfg.cache_dirs for p in entry_paths(d))
 
     def pass_(self, acting: bool) -> None:
-        from cnichain.tools.podstate import view as view_mod
-        from cnichain.tools.podstate.cache import read_cache
+        from cnichain.podstate import view as view_mod
+        from cnichain.podstate.cache import read_cache
 
         now = self.wall()
         if now < self.due:

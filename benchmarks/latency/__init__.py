@@ -2,7 +2,7 @@
 
 A node pays one plugin process per plugin per command per pod, so the number that matters is the
 time from exec to exit, as the runtime sees it.  The bench drives the plugins exactly as a runtime
-does (through :class:`cnichain.tools.runtime.Runtime`: ADD in order with ``prevResult`` and
+does (through :class:`cnichain.podstate.runtime.Runtime`: ADD in order with ``prevResult`` and
 ``runtimeConfig``, DEL in reverse with the cached result) inside throwaway namespaces, and times
 every exec with the runner's ``on_exec`` hook.
 

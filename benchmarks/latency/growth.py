@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from cnichain.benchmarks.latency.session import Bench, Mode
-from cnichain.tools.runtime import Attachment, Runtime
+from cnichain.podstate.runtime import Attachment, Runtime
 
 GROWTH_SUBNET = "10.200.0.0/16"
 GROWTH_GATEWAY = "10.200.0.1"

@@ -18,19 +18,19 @@ from cnichain.benchmarks.latency import references
 from cnichain.benchmarks.latency.options import DEFAULT_CONFLIST
 from cnichain.benchmarks.latency.session import Bench, Mode
 from cnichain.tools.lab import isolate_conflist
-from cnichain.tools.runtime import ConfList, Runtime
+from cnichain.podstate.runtime import ConfList, Runtime
 
 
 def setup(bench: Bench) -> None:
     """Install our launchers, make every requested mode that can run here, give each its chain."""
-    from cnichain.node import install as installer
+    from cnichain.node import launchers
 
     o = bench.o
-    report = installer.install(bench.our_bin)
+    report = launchers.install(bench.our_bin)
     ours = sorted(os.path.basename(p) for p in report.written + report.unchanged
                   if os.path.dirname(p) == bench.our_bin)
     bench.executables = executables_kind(bench.our_bin)
-    missing = sorted(set(installer.PLUGINS) - set(ours))
+    missing = sorted(set(launchers.PLUGINS) - set(ours))
     if missing:
         bench.notes.append(f"not yet implemented by cnichain: {', '.join(missing)}")
     refs = references.resolve(o, bench.notes)
@@ -62,7 +62,7 @@ def setup(bench: Bench) -> None:
 
 def executables_kind(bin_dir: str) -> str:
     """"native shim" when the installed executables are the static shim, else "python launcher"."""
-    from cnichain.node.install import python_launcher
+    from cnichain.node.launchers import python_launcher
 
     for name in sorted(os.listdir(bin_dir)):
         path = os.path.join(bin_dir, name)
@@ -91,7 +91,7 @@ def mode_env(name: str) -> dict[str, str]:
 def load_conflist(path: str) -> dict:
     """The conflist to run (default: the shipped default chain), refused early if broken."""
     if not path:
-        from cnichain.node.install import conflists_dir
+        from cnichain.node.launchers import conflists_dir
 
         path = os.path.join(conflists_dir(), DEFAULT_CONFLIST)
     with open(path, "rb") as fh:

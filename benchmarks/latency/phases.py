@@ -13,7 +13,7 @@ from typing import Optional
 
 from cnichain.benchmarks.latency.session import Bench, Mode, Records, Sample
 from cnichain.benchmarks.measure import clock, timed_exec
-from cnichain.tools.runtime import Attachment
+from cnichain.podstate.runtime import Attachment
 
 PARALLEL_POD_BASE = 1000  # container numbers of the parallel phase, distinct from the chain phase's
 

@@ -1,6 +1,6 @@
 """One bench run's state: the implementations under test and every timed exec they produced.
 
-The phases drive plugins through each mode's :class:`~cnichain.tools.runtime.Runtime`; the runtime's
+The phases drive plugins through each mode's :class:`~cnichain.podstate.runtime.Runtime`; the runtime's
 ``on_exec`` hook hands every exec's timing to :meth:`Bench.recorder`, which files it in the
 calling thread's sink (so parallel pods never mix up their records), and :meth:`Bench.keep` turns
 those records into :class:`Sample` rows that :mod:`cnichain.benchmarks.latency.summary` reduces.
@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 from cnichain.benchmarks.latency.options import Options
 from cnichain.benchmarks.latency.progress import Progress
 from cnichain.tools.lab import Lab
-from cnichain.tools.runtime import ConfList, ExecRecord, PluginFailed, Runtime
+from cnichain.podstate.runtime import ConfList, ExecRecord, PluginFailed, Runtime
 from cnichain.common.invoke import find_plugin
 
 Records = list[tuple[str, ExecRecord]]  # (mode name, exec record)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 
 from cnichain.benchmarks.latency.session import Bench, Mode
-from cnichain.tools.runtime import ConfList, PluginFailed
+from cnichain.podstate.runtime import ConfList, PluginFailed
 
 STATUS_VERSION = "1.1.0"  # containerd runs STATUS only for conflists at 1.1.0
 

@@ -109,7 +109,7 @@ def build(out: str, prefix: str = layout.DEFAULT_PREFIX, agent_socket: str = "/r
     ``stamp``: a build label (e.g. a CI build number) recorded in the manifest and hashed into the
     tree id, so a rebuild of identical inputs still installs as a new version; "" adds nothing.
     """
-    from cnichain.node import install as launchers
+    from cnichain.node import launchers
 
     started = time.monotonic()
     layout.check_abs_path(prefix, "prefix")

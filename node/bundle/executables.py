@@ -46,7 +46,7 @@ def planned(prefix: str, bin_dir: str, names: dict[str, str], agent_socket: str,
     ``names``: executable name -> plugin module (chaining renames executables, never the plugin
     type the shim forwards as).  ``is_entry``: the file a runtime execs (what a VERSION check runs).
     """
-    from cnichain.node.install import launcher_source, plugin_type_of
+    from cnichain.node.launchers import launcher_source, plugin_type_of
 
     python = layout.launcher_python(prefix)
     roots = [layout.SITE_REL]

@@ -14,7 +14,7 @@ from typing import Optional
 
 from cnichain.agent import running_agent
 from cnichain.common import netns as netns_mod
-from cnichain.node import install as installer
+from cnichain.node import launchers
 from cnichain.node import native_shim
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -23,7 +23,7 @@ AGENT_ENV = {"PYTHONPATH": REPO, "CNICHAIN_TEST_AGENT_ONLY": "secret"}
 
 
 def _probe_launcher(path: str, socket_path: str) -> None:
-    roots = installer.import_roots() + [REPO]
+    roots = launchers.import_roots() + [REPO]
     src = (
         f"#!{sys.executable} -IS\n"
         "import sys\n"
@@ -47,8 +47,8 @@ class Setup:
         self.sock = os.path.join(root, "run", "agent.sock")
         self.warm = os.path.join(root, "warm")
         self.cold = os.path.join(root, "cold")
-        installer.install(self.warm, agent_socket=self.sock)
-        installer.install(self.cold, agent_socket="")
+        launchers.install(self.warm, agent_socket=self.sock)
+        launchers.install(self.cold, agent_socket="")
         _probe_launcher(os.path.join(self.warm, "probe"), self.sock)
         _probe_launcher(os.path.join(self.cold, "probe"), "")
         self.native_probe = ""  # the probe behind the native shim, when it was built

@@ -8,7 +8,7 @@ import subprocess
 import time
 
 from cnichain.plugins.portmap import names, rebuild as slow
-from cnichain.tools.runtime import ConfList
+from cnichain.podstate.runtime import ConfList
 
 NODE4, NODE6, CLIENT4, CLIENT6 = "192.168.77.1", "fd77::1", "192.168.77.2", "fd77::2"
 

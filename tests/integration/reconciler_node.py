@@ -12,7 +12,7 @@ from cnichain.agent.reconcile import status as rstatus
 from cnichain.agent.reconcile.settings import status_path
 from cnichain.plugins.bridge.rules import MASQ_TABLE
 from cnichain.tools.lab import isolate_conflist
-from cnichain.tools.runtime import Attachment, ConfList
+from cnichain.podstate.runtime import Attachment, ConfList
 
 NODE4, CLIENT4 = "192.168.77.1", "192.168.77.2"
 LIMITS = {"ingressRate": 80_000_000, "ingressBurst": 800_000, "egressRate": 80_000_000, "egressBurst": 800_000}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Callable
 
-from cnichain.tools.runtime import Attachment, ConfList, Runtime
+from cnichain.podstate.runtime import Attachment, ConfList, Runtime
 from tests.integration.test_containerd_del_shapes import CNI_ARGS, chain, conflist, containerd_caps
 
 BASE_PORT = 19000

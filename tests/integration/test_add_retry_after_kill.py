@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from cnichain.tools.runtime import Attachment
+from cnichain.podstate.runtime import Attachment
 from tests.integration.test_containerd_del_shapes import (CNI_ARGS, KILL_FRACTIONS, THEN_RETRY, add_seconds,
                                                           assert_clean, chain, conflist, containerd_caps,
                                                           killed_add_dir, remove_sandbox_del)

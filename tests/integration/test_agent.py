@@ -20,9 +20,9 @@ from typing import Iterator
 
 import pytest
 
-from cnichain.node import install as installer
+from cnichain.node import launchers
 from cnichain.agent import fetch_metrics, running_agent
-from cnichain.tools.runtime import Attachment, ConfList, Runtime
+from cnichain.podstate.runtime import Attachment, ConfList, Runtime
 from cnichain.common import shim
 
 from tests import required
@@ -95,7 +95,7 @@ def test_same_netns_check_sees_the_callers_namespace(setup, lab):
 )
 def test_every_plugin_answers_errors_and_version_like_the_cold_path(setup, command, stdin, env):
     with setup.agent() as agent:
-        for n, plugin in enumerate(installer.available_plugins(), 1):
+        for n, plugin in enumerate(launchers.available_plugins(), 1):
             warm = run(setup.warm, plugin, command, stdin, **env)
             wait_for(lambda n=n: answered(agent) == n)  # the agent answered it, not the cold fallback
             cold = run(setup.cold, plugin, command, stdin, **env)
@@ -430,7 +430,7 @@ def test_without_a_pool_and_with_a_request_too_big_for_one_workers_are_forked(se
 
 def test_version_is_answered_by_the_agent_itself_like_the_cold_path(setup):
     """VERSION needs no worker and no namespace: the agent answers it in place of the ACK."""
-    plugins = list(installer.available_plugins())
+    plugins = list(launchers.available_plugins())
     with setup.agent() as agent:
         for plugin in plugins:
             assert run(setup.warm, plugin, "VERSION", b"") == run(setup.cold, plugin, "VERSION", b"")

@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from cnichain.tools.runtime import Runtime
+from cnichain.podstate.runtime import Runtime
 from tests.integration.agent_setup import Setup
 from tests.integration.footprint import footprint, leftovers
 from tests.integration.storm import all_at_once, default_chain, pods

@@ -16,7 +16,7 @@ import pytest
 
 from cnichain.agent import budget
 from cnichain.tools.memcg import MemCgroup, leftover_cgroups
-from cnichain.tools.runtime import Runtime
+from cnichain.podstate.runtime import Runtime
 from tests.integration.agent_setup import Setup, settled
 from tests.integration.footprint import footprint, leftovers
 from tests.integration.storm import all_at_once, default_chain, metric, pods, series

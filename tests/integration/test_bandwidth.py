@@ -24,7 +24,7 @@ import os
 import pytest
 
 from cnichain.tools.lab import isolate_conflist, rate_within
-from cnichain.tools.runtime import Attachment, ConfList, Runtime
+from cnichain.podstate.runtime import Attachment, ConfList, Runtime
 from cnichain.plugins.bandwidth.config import IFB_PREFIX, ifb_name
 from tests.integration.bandwidth_lab import exec_bw, host_veth, link, qdiscs, root_tbf, tc
 from tests.specver import (

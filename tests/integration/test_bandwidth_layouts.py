@@ -22,7 +22,7 @@ import pytest
 
 from cnichain.plugins.bandwidth.config import ifb_name
 from cnichain.tools.lab import isolate_conflist, rate_within
-from cnichain.tools.runtime import Attachment, ConfList
+from cnichain.podstate.runtime import Attachment, ConfList
 
 from tests.integration.bandwidth_lab import exec_bw, host_veth, root_tbf
 from tests.integration.reconciler_node import Node

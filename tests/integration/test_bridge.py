@@ -19,7 +19,7 @@ import sys
 import pytest
 
 from cnichain.tools.lab import Lab
-from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
+from cnichain.podstate.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common.errors import Code
 from cnichain.plugins.bridge.rules import MASQ_CHAIN, MASQ_TABLE, SPOOF_TABLE
 from cnichain.plugins.host_local.kernel import LAST_IP_PREFIX, LOCK_NAME

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
+from cnichain.podstate.runtime import Attachment, ConfList, PluginFailed
 
 pytestmark = pytest.mark.integration
 

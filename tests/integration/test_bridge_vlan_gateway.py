@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from cnichain.tools.runtime import Attachment, ConfList
+from cnichain.podstate.runtime import Attachment, ConfList
 
 pytestmark = pytest.mark.integration
 

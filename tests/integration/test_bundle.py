@@ -14,7 +14,7 @@ import pytest
 
 from cnichain.node import native_shim
 from cnichain.node.bundle import executables, layout
-from cnichain.node.install import PLUGINS
+from cnichain.node.launchers import PLUGINS
 from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR as HOST_LOCAL_DATA_DIR
 from cnichain.plugins.portmap import names as pm_names
 from tests import required

@@ -20,7 +20,7 @@ import pytest
 
 from cnichain.node import chain
 from cnichain.tools.lab import isolate_conflist, rate_within
-from cnichain.tools.runtime import Attachment, ConfList
+from cnichain.podstate.runtime import Attachment, ConfList
 
 from tests.integration import footprint
 from tests.integration.portmap_traffic import fetch, serve

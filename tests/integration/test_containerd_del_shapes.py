@@ -23,9 +23,9 @@ import sys
 
 import pytest
 
-from cnichain.node.install import conflists_dir
+from cnichain.node.launchers import conflists_dir
 from cnichain.tools.lab import isolate_conflist
-from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
+from cnichain.podstate.runtime import Attachment, ConfList, PluginFailed
 from tests.integration.footprint import footprint, leftovers
 
 pytestmark = pytest.mark.integration

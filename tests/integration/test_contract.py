@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from cnichain.node.install import PLUGINS
+from cnichain.node.launchers import PLUGINS
 from cnichain.common.types import Result
 from cnichain.common.version import ALL, at_least
 

@@ -21,9 +21,9 @@ from typing import Optional
 import pytest
 
 from cnichain.tools import crio
-from cnichain.node.install import conflists_dir
+from cnichain.node.launchers import conflists_dir
 from cnichain.tools.lab import isolate_conflist
-from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
+from cnichain.podstate.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common.version import at_least
 from cnichain.plugins.bridge.rules import MASQ_TABLE
 from cnichain.plugins.portmap import names as portmap_names

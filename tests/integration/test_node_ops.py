@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from cnichain.tools.runtime import Attachment, ConfList, Runtime
+from cnichain.podstate.runtime import Attachment, ConfList, Runtime
 from cnichain.plugins.bandwidth.config import ifb_name
 from cnichain.plugins.bandwidth.kernel import ifb_alias
 from cnichain.plugins.portmap import plan as planning

@@ -20,7 +20,7 @@ import threading
 
 import pytest
 
-from cnichain.tools.runtime import Attachment, PluginFailed
+from cnichain.podstate.runtime import Attachment, PluginFailed
 from cnichain.common.types import Result
 from cnichain.plugins.portmap import names
 from tests.integration.portmap_traffic import (

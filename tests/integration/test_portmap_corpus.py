@@ -17,7 +17,7 @@ import os
 import pytest
 
 from cnichain.tools.lab import isolate_conflist
-from cnichain.tools.runtime import Attachment, ConfList
+from cnichain.podstate.runtime import Attachment, ConfList
 from tests.integration.portmap_traffic import CLIENT4, NODE4, fetch, pod_ips, serve, table
 
 pytestmark = pytest.mark.integration

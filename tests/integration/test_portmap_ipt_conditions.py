@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from cnichain.tools.runtime import Attachment
+from cnichain.podstate.runtime import Attachment
 from tests.integration.portmap_traffic import CLIENT4, CLIENT6, NODE4, NODE6, bridge_conflist, fetch, serve, wait_no_tentative
 
 pytestmark = pytest.mark.integration

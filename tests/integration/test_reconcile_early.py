@@ -19,7 +19,7 @@ from typing import Iterator
 import pytest
 
 from cnichain.plugins.portmap import names
-from cnichain.tools.runtime import Attachment
+from cnichain.podstate.runtime import Attachment
 from tests.integration.reconciler_node import Node, masquerade_rules
 from tests.polling import wait_for
 

@@ -18,7 +18,7 @@ from typing import Iterator
 
 import pytest
 
-from cnichain.tools.runtime import Attachment, PluginFailed
+from cnichain.podstate.runtime import Attachment, PluginFailed
 from tests.polling import wait_for
 from cnichain.plugins.bandwidth.config import ifb_name
 from cnichain.plugins.bridge.rules import SPOOF_TABLE

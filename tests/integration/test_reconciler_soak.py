@@ -19,7 +19,7 @@ import pytest
 
 from cnichain.plugins.bandwidth.config import IFB_PREFIX
 from cnichain.plugins.portmap import names as portmap_names
-from cnichain.tools.runtime import Attachment
+from cnichain.podstate.runtime import Attachment
 from tests.integration.reconciler_node import LIMITS, Node, masquerade_rules
 from tests.polling import wait_for
 

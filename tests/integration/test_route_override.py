@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
+from cnichain.podstate.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common.errors import Code
 from cnichain.common.types import Result, Route
 from tests.specver import (
@@ -274,7 +274,7 @@ def test_missing_prev_result_through_runtime(lab, make_runtime, plugin_dir):
 
 def test_shipped_example_conflist(lab, make_runtime, plugin_dir, reference_dir, cni_version):
     """conflists/bridge-tuning-route-override.conflist, run at every version."""
-    from cnichain.node.install import conflists_dir
+    from cnichain.node.launchers import conflists_dir
     from cnichain.tools.lab import isolate_conflist
 
     with open(os.path.join(conflists_dir(), "bridge-tuning-route-override.conflist")) as fh:

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from cnichain.common.errors import CniError, Code
-from cnichain.tools.runtime import Attachment, ConfigError, ConfList, Runtime
+from cnichain.podstate.runtime import Attachment, ConfigError, ConfList, Runtime
 
 pytestmark = pytest.mark.integration
 

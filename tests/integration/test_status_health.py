@@ -19,8 +19,8 @@ from typing import Iterator
 
 import pytest
 
-from cnichain.node.install import conflists_dir
-from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
+from cnichain.node.launchers import conflists_dir
+from cnichain.podstate.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common.errors import Code
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ import os
 
 import pytest
 
-from cnichain.tools.runtime import Attachment, ConfList, PluginFailed
+from cnichain.podstate.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common import reference_rules
 from cnichain.plugins.bandwidth.config import ifb_name
 from tests.conftest import reference_dir_of

@@ -20,7 +20,7 @@ import subprocess
 import pytest
 
 from cnichain.tools.lab import isolate_conflist
-from cnichain.tools.runtime import Attachment, ConfList
+from cnichain.podstate.runtime import Attachment, ConfList
 from cnichain.common.types import Result
 from tests.specver import (
     CHAINING_VERSIONS,

@@ -26,7 +26,7 @@ import pytest
 
 from cnichain.agent.control import fetch_metrics
 from cnichain.node.bundle import image, layout
-from cnichain.node.install import conflists_dir
+from cnichain.node.launchers import conflists_dir
 from tests import required
 
 from .containerd import Containerd, Release, start_with_cri

@@ -17,7 +17,7 @@ from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR as IPAM_DIR
 from cnichain.plugins.host_local.kernel import LAST_IP_PREFIX, LOCK_NAME
 from cnichain.plugins.portmap import names as portmap_names
 from cnichain.plugins.tuning.config import DEFAULT_DATA_DIR as TUNING_DIR
-from cnichain.tools.podstate import cache
+from cnichain.podstate import cache
 
 PORTMAP_TABLE = (portmap_names.FAMILY, portmap_names.TABLE)
 PORTMAP_OWNED_PREFIXES = portmap_names.OWNED_CHAIN_PREFIXES

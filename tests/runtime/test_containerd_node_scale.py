@@ -24,7 +24,7 @@ import pytest
 
 from cnichain.agent import running_agent
 from cnichain.common import netns as netns_mod
-from cnichain.node import install as installer
+from cnichain.node import launchers
 from cnichain.tools.memcg import MemCgroup
 
 from . import leftovers, traffic
@@ -44,7 +44,7 @@ BASE_PORT = 23000
 def install_shims(cri_node: CriNode, socket_path: str) -> None:
     """The node's plugins again, their shims pointing at ``socket_path`` (containerd passes no
     CNICHAIN_AGENT_SOCKET: the socket is the one the installer baked in)."""
-    report = installer.install(cri_node.node.bin_dir, agent_socket=socket_path)
+    report = launchers.install(cri_node.node.bin_dir, agent_socket=socket_path)
     assert not report.refused, report.refused
 
 

@@ -21,7 +21,7 @@ from typing import Optional
 import pytest
 
 from cnichain import agent as agent_mod
-from cnichain.node import install as installer
+from cnichain.node import launchers
 from cnichain.common import shim
 from cnichain.common.errors import CniError
 from cnichain.common.skel import Plugin, error_json
@@ -162,17 +162,17 @@ def test_socket_path_env_override(monkeypatch, value, expected):
 
 
 def test_launcher_tries_the_agent_then_runs_cold():
-    src = installer.launcher_source("host_local", "/usr/bin/python3", ["/x"], agent_socket="/run/a.sock")
+    src = launchers.launcher_source("host_local", "/usr/bin/python3", ["/x"], agent_socket="/run/a.sock")
     assert "forward('host-local', '/run/a.sock')" in src
     assert src.index("forward(") < src.index("from cnichain.plugins.host_local.__main__ import main")
-    cold = installer.launcher_source("host_local", "/usr/bin/python3", ["/x"], agent_socket="")
+    cold = launchers.launcher_source("host_local", "/usr/bin/python3", ["/x"], agent_socket="")
     assert "shim" not in cold and "from cnichain.plugins.host_local.__main__ import main" in cold
 
 
 def test_shim_imports_only_the_bare_minimum():
     code = ("import sys; before = set(sys.modules); import cnichain.common.shim; "
             "print(sorted(m for m in set(sys.modules) - before if not m.startswith('cnichain')))")
-    out = subprocess.run([sys.executable, "-IS", "-c", f"import sys; sys.path[0:0] = {installer.import_roots()!r}; " + code],
+    out = subprocess.run([sys.executable, "-IS", "-c", f"import sys; sys.path[0:0] = {launchers.import_roots()!r}; " + code],
                          capture_output=True, text=True, check=True).stdout
     # Not even ``os`` (~0.6 ms): the built-in ``posix`` is all the warm path needs.
     assert eval(out) == []
@@ -373,8 +373,8 @@ def test_launcher_without_agent_behaves_exactly_like_before(tmp_path):
     """The installed launcher, agent absent: the same bytes as the plain cold launcher."""
     warm = tmp_path / "warm"
     cold = tmp_path / "cold"
-    installer.install(str(warm), plugins=["host-local"], agent_socket=str(tmp_path / "absent.sock"))
-    installer.install(str(cold), plugins=["host-local"], agent_socket="")
+    launchers.install(str(warm), plugins=["host-local"], agent_socket=str(tmp_path / "absent.sock"))
+    launchers.install(str(cold), plugins=["host-local"], agent_socket="")
     env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c", "CNI_NETNS": "/x", "CNI_IFNAME": "eth0", "CNI_PATH": "/x"}
     outs = []
     for folder in (warm, cold):
@@ -385,8 +385,8 @@ def test_launcher_without_agent_behaves_exactly_like_before(tmp_path):
 
 
 def test_launcher_target_recognises_only_our_launchers(tmp_path):
-    installer.install(str(tmp_path / "a"), plugins=["host-local"], agent_socket="/run/x/agent.sock")
-    installer.install(str(tmp_path / "b"), plugins=["host-local"], agent_socket="")
+    launchers.install(str(tmp_path / "a"), plugins=["host-local"], agent_socket="/run/x/agent.sock")
+    launchers.install(str(tmp_path / "b"), plugins=["host-local"], agent_socket="")
     assert agent_mod.launcher_target(str(tmp_path / "a" / "host-local")) == ("host-local", "/run/x/agent.sock")
     assert agent_mod.launcher_target(str(tmp_path / "b" / "host-local")) is None  # never talks to an agent
     other = tmp_path / "fake"
@@ -396,7 +396,7 @@ def test_launcher_target_recognises_only_our_launchers(tmp_path):
 
 
 def test_delegate_runner_keeps_exec_semantics_for_other_sockets(tmp_path):
-    installer.install(str(tmp_path), plugins=["host-local"], agent_socket="/run/other/agent.sock")
+    launchers.install(str(tmp_path), plugins=["host-local"], agent_socket="/run/other/agent.sock")
     runner = agent_mod.DelegateRunner({"host-local": object()}, "/run/x/agent.sock", 5.0)
     binary = str(tmp_path / "host-local")
     assert runner(binary, {"CNI_COMMAND": "ADD"}, b"{}") is None  # would reach another agent: exec it
@@ -405,7 +405,7 @@ def test_delegate_runner_keeps_exec_semantics_for_other_sockets(tmp_path):
 
 def test_delegate_runner_asks_the_agent_first(tmp_path, sock_path):
     """A delegate that would come back to this agent is sent to it directly, as the launcher would."""
-    installer.install(str(tmp_path / "bin"), plugins=["host-local"], agent_socket=sock_path)
+    launchers.install(str(tmp_path / "bin"), plugins=["host-local"], agent_socket=sock_path)
 
     def script(fake, conn):
         kind, _ = fake.read_message(conn)
@@ -423,7 +423,7 @@ def test_delegate_runner_asks_the_agent_first(tmp_path, sock_path):
 
 
 def test_delegate_runner_forks_when_the_agent_refuses(tmp_path, sock_path):
-    installer.install(str(tmp_path / "bin"), plugins=["host-local"], agent_socket=sock_path)
+    launchers.install(str(tmp_path / "bin"), plugins=["host-local"], agent_socket=sock_path)
 
     def script(fake, conn):
         fake.read_message(conn)

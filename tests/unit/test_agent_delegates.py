@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from cnichain.node import install as installer
+from cnichain.node import launchers
 from cnichain.agent import DelegateRunner, load_plugins, protocol
 from cnichain.agent.delegates import IN_PROCESS_COMMANDS
 from cnichain.common import log as log_mod
@@ -28,8 +28,8 @@ def bins(tmp_path):
     srv.bind(sock_path)
     srv.listen(4)
     srv.setblocking(False)
-    installer.install(str(tmp_path / "warm"), plugins=["host-local"], agent_socket=sock_path)
-    installer.install(str(tmp_path / "cold"), plugins=["host-local"], agent_socket="")
+    launchers.install(str(tmp_path / "warm"), plugins=["host-local"], agent_socket=sock_path)
+    launchers.install(str(tmp_path / "cold"), plugins=["host-local"], agent_socket="")
     yield tmp_path, sock_path, srv
     srv.close()
 

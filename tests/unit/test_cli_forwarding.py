@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from cnichain.cli.app import FORWARDED, app
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COMPONENTS = ("agent", "benchmarks", "node", "tools")
+COMPONENTS = ("agent", "benchmarks", "node", "podstate", "tools")
 
 
 def _command(*path: str):

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from cnichain.tools import crio
-from cnichain.tools.runtime import ConfList, Runtime
+from cnichain.podstate.runtime import ConfList, Runtime
 
 # A stand-in plugin: appends {command, env, stdin} to $LOG, answers VERSION and ADD, prints
 # $CHECK_OUTPUT on CHECK (empty by default).

@@ -23,7 +23,7 @@ except ImportError:  # python3-yaml: a package ./run installs
     required.missing("python3-yaml")
 
 from cnichain.node.bundle import layout  # noqa: E402
-from cnichain.node import installer  # noqa: E402
+from cnichain.node import bundle_install  # noqa: E402
 from cnichain.common import shim  # noqa: E402
 
 DEPLOY = os.path.join(os.path.dirname(__file__), "..", "..", "deploy")
@@ -273,7 +273,7 @@ def check_daemonset(ds: dict, prefix: str, bin_dir: str, conf_dir: str, mode: st
         assert not watchers
 
 
-DEFAULTS = (layout.DEFAULT_PREFIX, layout.bin_dir(layout.DEFAULT_PREFIX), installer.DEFAULT_CONF_DIR)
+DEFAULTS = (layout.DEFAULT_PREFIX, layout.bin_dir(layout.DEFAULT_PREFIX), bundle_install.DEFAULT_CONF_DIR)
 
 
 @pytest.mark.parametrize("mode", ["own", "chain"])
@@ -312,12 +312,12 @@ def test_chart_defaults_match_the_installer_and_agent():
     assert values["hostPaths"] == {"prefix": DEFAULTS[0], "binDir": DEFAULTS[1], "confDir": DEFAULTS[2]}
     assert values["agent"]["socket"] == shim.DEFAULT_SOCKET
     assert os.path.dirname(values["agent"]["socket"]) == values["agent"]["socketDir"]
-    assert values["mode"] in installer.MODES
+    assert values["mode"] in bundle_install.MODES
     from cnichain.agent.config import AgentConfig
 
     assert values["agent"]["pool"] == AgentConfig().pool_size
     assert values["agent"]["queue"] == AgentConfig().queue_size
-    assert values["own"]["conflist"] == installer.DEFAULT_OWN_CONFLIST
+    assert values["own"]["conflist"] == bundle_install.DEFAULT_OWN_CONFLIST
 
 
 @pytest.mark.parametrize("mode", ["own", "chain"])

@@ -16,9 +16,9 @@ from typing import Callable, Iterator
 
 import pytest
 
-from cnichain.node import cri, grpc_unary
-from cnichain.node.grpc_unary import DATA, END_HEADERS, END_STREAM, HEADERS, RST_STREAM, SETTINGS, frame
-from cnichain.tools.podstate.sandboxes import CriSandboxes
+from cnichain.podstate import cri, grpc_unary
+from cnichain.podstate.grpc_unary import DATA, END_HEADERS, END_STREAM, HEADERS, RST_STREAM, SETTINGS, frame
+from cnichain.podstate.sandboxes import CriSandboxes
 
 # Literal header fields without indexing (no Huffman): what a peer may send; the client never decodes them.
 RESPONSE_HEADERS = b"\x08\x03200" + b"\x00\x0ccontent-type\x10application/grpc"

@@ -29,10 +29,10 @@ import sys
 
 import pytest
 
-from cnichain.node import install as installer
+from cnichain.node import launchers as node_launchers
 from tests.import_budget import ALWAYS_FORBIDDEN, CONVENIENCE, HEAVY, PARSING, explain, imported_modules, offenders
 
-AVAILABLE = installer.available_plugins()
+AVAILABLE = node_launchers.available_plugins()
 LEAN_PLUGINS = ("host-local", "tuning", "route-override", "portmap")
 LEANEST = ("host-local", "tuning")  # no json package, no re (tests/import_budget.py PARSING)
 
@@ -40,7 +40,7 @@ LEANEST = ("host-local", "tuning")  # no json package, no re (tests/import_budge
 @pytest.fixture(scope="module")
 def launchers(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = str(tmp_path_factory.mktemp("budgetbin"))
-    installer.install(path)
+    node_launchers.install(path)
     return path
 
 

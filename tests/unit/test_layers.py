@@ -1,8 +1,17 @@
-"""Import arrows point down: ``cli`` -> ``benchmarks`` -> ``agent``/``node``/``tools`` -> ``plugins`` -> ``common``.
+"""The floors of the code, bottom up; an import may only point down (or sideways within a floor):
 
-Plugins run once per pod and must not drag in the agent, the node tooling or typer; common is the
-floor every plugin stands on, so it imports nothing of ours above it; the agent, node and tools
-layers are reusable without the typer layer.  Checked on every module's source (ast), including
+    common < plugins < podstate < node < agent < tools < benchmarks < cli
+
+``common`` is what every plugin stands on; ``plugins`` run once per pod and drag in nothing above
+them (no agent, no typer); ``podstate`` is pod state and the runtime's side of it (the libcni-like
+runner, the CRI client, the result cache, inspect and gc), which the agent, the CLI, the bench
+and the tests all read; ``node`` puts the tree and the launchers onto a node; ``agent`` serves
+requests and reconciles; ``tools`` are what operators and tests run by hand (the node probe asks
+the agent); ``benchmarks`` measure all of it; ``cli`` is the typer layer over the lot.  Data
+packages (``conflists``, ``shim``) sit beside ``common`` and import nothing.
+
+A strict order means no arrow runs back up and no two floors import each other, so the import
+graph of top-level packages has no circle.  Checked on every module's source (ast), including
 imports inside functions and under ``TYPE_CHECKING``, so a lazy import cannot hide a wrong arrow.
 """
 
@@ -15,19 +24,15 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# layer -> the top-level packages of ours it must never import
-FORBIDDEN = {
-    "common": {"plugins", "agent", "node", "tools", "benchmarks", "cli"},
-    "plugins": {"agent", "node", "tools", "benchmarks", "cli"},
-    "agent": {"benchmarks", "cli"},
-    "node": {"benchmarks", "cli"},
-    "tools": {"benchmarks", "cli"},
-    "benchmarks": {"cli"},
-}
+FLOORS = ("common", "plugins", "podstate", "node", "agent", "tools", "benchmarks", "cli")
+DATA = ("conflists", "shim")  # below everything, importing nothing of ours
+# floor -> the top-level packages of ours it must never import: every floor above it
+FORBIDDEN = {floor: set(FLOORS[i + 1:]) for i, floor in enumerate(FLOORS)}
+FORBIDDEN.update({d: set(FLOORS) for d in DATA})
 
 
 def _modules(layer: str) -> list[str]:
-    out = []
+    out: list[str] = []
     for dirpath, dirnames, filenames in os.walk(os.path.join(ROOT, layer)):
         dirnames[:] = [d for d in dirnames if d != "__pycache__"]
         out += [os.path.join(dirpath, f) for f in filenames if f.endswith(".py")]
@@ -65,10 +70,21 @@ def _violations(layer: str) -> list[str]:
     return bad
 
 
-@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+@pytest.mark.parametrize("layer", FLOORS)
 def test_no_import_points_up(layer):
     assert _modules(layer), layer
     assert _violations(layer) == []
+
+
+@pytest.mark.parametrize("layer", DATA)
+def test_data_packages_import_nothing_of_ours(layer):
+    assert _violations(layer) == []
+
+
+def test_every_top_level_package_has_a_floor():
+    """A new top-level package gets a place in the order before it can import anything."""
+    linked = {e for e in os.listdir(os.path.join(ROOT, "cnichain")) if os.path.islink(os.path.join(ROOT, "cnichain", e))}
+    assert linked == set(FLOORS) | set(DATA)
 
 
 def test_the_check_sees_relative_and_lazy_imports(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ import pytest
 from cnichain.benchmarks import measure
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PACKAGES = ("agent", "benchmarks", "cli", "common", "node", "plugins", "tools")
+PACKAGES = ("agent", "benchmarks", "cli", "common", "node", "plugins", "podstate", "tools")
 MEASURE = os.path.join(ROOT, "benchmarks", "measure.py")
 # what only measure.py may define or call: a second definition is a second meaning of "p95"
 STAT_NAMES = {"pct", "percentile", "percentiles", "quantile", "quantiles", "p95", "p99", "median", "trimmed_mean",

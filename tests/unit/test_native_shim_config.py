@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from cnichain.node import install as inst
+from cnichain.node import launchers
 from cnichain.node import native_shim
 from cnichain.agent import launcher_target
 from tests import required
@@ -74,7 +74,7 @@ def test_configure_refuses_a_binary_without_exactly_one_block():
 @needs_binary
 def test_native_install_writes_shim_and_cold_launcher_and_uninstall_removes_both(tmp_path):
     bin_dir = str(tmp_path)
-    report = inst.install(bin_dir, plugins=["host-local"], agent_socket="/run/x/agent.sock")
+    report = launchers.install(bin_dir, plugins=["host-local"], agent_socket="/run/x/agent.sock")
     exe = os.path.join(bin_dir, "host-local")
     cold = native_shim.cold_launcher_path(bin_dir, "host-local")
     assert report.written == [cold, exe]
@@ -83,19 +83,19 @@ def test_native_install_writes_shim_and_cold_launcher_and_uninstall_removes_both
     assert config == native_shim.ShimConfig("host-local", "/run/x/agent.sock", cold)
     with open(cold) as fh:
         src = fh.read()
-    assert inst.MARKER in src and "forward(" not in src  # the fallback never asks the agent again
-    assert inst.python_launcher(exe) == cold and inst.python_launcher(cold) == cold
+    assert launchers.MARKER in src and "forward(" not in src  # the fallback never asks the agent again
+    assert launchers.python_launcher(exe) == cold and launchers.python_launcher(cold) == cold
     assert launcher_target(exe) == ("host-local", "/run/x/agent.sock")
-    assert inst.install(bin_dir, plugins=["host-local"], agent_socket="/run/x/agent.sock").unchanged == [cold, exe]
-    report = inst.uninstall(bin_dir)
+    assert launchers.install(bin_dir, plugins=["host-local"], agent_socket="/run/x/agent.sock").unchanged == [cold, exe]
+    report = launchers.uninstall(bin_dir)
     assert sorted(report.removed) == sorted([cold, exe])
     assert os.listdir(bin_dir) == []
 
 
 @needs_binary
 def test_native_executable_runs_cold_without_an_agent(tmp_path):
-    inst.install(str(tmp_path / "n"), plugins=["host-local"], agent_socket=str(tmp_path / "absent.sock"))
-    inst.install(str(tmp_path / "p"), plugins=["host-local"], agent_socket="")
+    launchers.install(str(tmp_path / "n"), plugins=["host-local"], agent_socket=str(tmp_path / "absent.sock"))
+    launchers.install(str(tmp_path / "p"), plugins=["host-local"], agent_socket="")
     env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c", "CNI_NETNS": "/x", "CNI_IFNAME": "eth0", "CNI_PATH": "/x"}
     outs = []
     for folder in ("n", "p"):
@@ -111,29 +111,29 @@ def test_native_executable_runs_cold_without_an_agent(tmp_path):
 @needs_binary
 def test_a_modified_shim_is_kept_and_a_foreign_cold_launcher_blocks_the_shim(tmp_path):
     bin_dir = str(tmp_path)
-    inst.install(bin_dir, plugins=["host-local"], agent_socket="/run/x/agent.sock")
+    launchers.install(bin_dir, plugins=["host-local"], agent_socket="/run/x/agent.sock")
     exe = tmp_path / "host-local"
     exe.write_bytes(exe.read_bytes() + b"\0")
-    report = inst.uninstall(bin_dir)
+    report = launchers.uninstall(bin_dir)
     assert report.refused == [str(exe)] and exe.exists()
     other = tmp_path / "o"
     cold = native_shim.cold_launcher_path(str(other), "host-local")
     os.makedirs(os.path.dirname(cold))
     with open(cold, "w") as fh:
         fh.write("#!/bin/sh\n")
-    report = inst.install(str(other), plugins=["host-local"], agent_socket="/run/x/agent.sock")
+    report = launchers.install(str(other), plugins=["host-local"], agent_socket="/run/x/agent.sock")
     assert report.refused == [cold, str(other / "host-local")] and not (other / "host-local").exists()
 
 
 def test_without_an_agent_socket_or_a_binary_the_executable_is_a_python_launcher(tmp_path, monkeypatch):
-    report = inst.install(str(tmp_path / "a"), plugins=["host-local"], agent_socket="")
+    report = launchers.install(str(tmp_path / "a"), plugins=["host-local"], agent_socket="")
     assert report.written == [str(tmp_path / "a" / "host-local")]
     monkeypatch.setattr(native_shim, "built_binary", lambda: None)
-    report = inst.install(str(tmp_path / "b"), plugins=["host-local"], agent_socket="/run/x/agent.sock")
+    report = launchers.install(str(tmp_path / "b"), plugins=["host-local"], agent_socket="/run/x/agent.sock")
     assert report.written == [str(tmp_path / "b" / "host-local")]
     assert (tmp_path / "b" / "host-local").read_text().startswith("#!")
     with pytest.raises(FileNotFoundError, match="not built"):
-        inst.install(str(tmp_path / "c"), plugins=["host-local"], native=True)
+        launchers.install(str(tmp_path / "c"), plugins=["host-local"], native=True)
 
 
 def test_cli_install_says_what_it_writes_and_can_keep_python_launchers(tmp_path, monkeypatch):

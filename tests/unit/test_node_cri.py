@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cnichain.node import cri
+from cnichain.podstate import cri
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def grpc_runtime(tmp_path):
 
 
 def test_a_real_grpc_server_is_listed_and_its_error_status_is_an_error(pb2, grpc_runtime):
-    from cnichain.tools.podstate.sandboxes import CriSandboxes
+    from cnichain.podstate.sandboxes import CriSandboxes
 
     grpc, path, answer = grpc_runtime
     answer["reply"] = pb2.ListPodSandboxResponse(items=[pb2.PodSandbox(id="abc", state=pb2.SANDBOX_NOTREADY)]).SerializeToString()

@@ -6,7 +6,7 @@ import base64
 import json
 
 from cnichain.plugins.host_local.kernel import LAST_IP_PREFIX
-from cnichain.tools.podstate import cache, files, view
+from cnichain.podstate import cache, files, view
 
 CONFLIST = {"cniVersion": "1.0.0", "name": "k8s", "plugins": [
     {"type": "bridge", "ipam": {"type": "host-local", "dataDir": "/srv/ipam", "subnet": "10.1.0.0/24"}},
@@ -67,7 +67,7 @@ def test_plugin_files(tmp_path):
 
 def test_pools_report_free_addresses_per_range_set(tmp_path):
     """inspect's exhaustion report (STATUS stays 0 on a full range; operators look here)."""
-    from cnichain.tools.podstate import render
+    from cnichain.podstate import render
 
     net = tmp_path / "ipam" / "k8s"
     net.mkdir(parents=True)
@@ -94,7 +94,7 @@ def test_pools_report_free_addresses_per_range_set(tmp_path):
 
 
 def test_gc_plan_keeps_every_interface_of_a_valid_pod_and_deletes_dead_ones():
-    from cnichain.tools.podstate import gc
+    from cnichain.podstate import gc
 
     conflist = dict(CONFLIST, cniVersion="1.1.0")
     alive = cache.parse_entry("/c/results/k8s-abc123-net1", libcni_entry().replace(b'"eth0"', b'"net1"'))

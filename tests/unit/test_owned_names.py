@@ -21,7 +21,7 @@ from cnichain.plugins.portmap import names as portmap_names
 from cnichain.plugins.tuning import config as tuning_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCANNED = ("plugins", "common", "agent", "node", "tools", "benchmarks", "cli", "tests")
+SCANNED = ("plugins", "common", "podstate", "agent", "node", "tools", "benchmarks", "cli", "tests")
 
 
 def _owner(module: object) -> str:

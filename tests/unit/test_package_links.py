@@ -9,7 +9,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACKAGE = os.path.join(ROOT, "cnichain")
-LINKED = ("agent", "benchmarks", "cli", "common", "conflists", "node", "plugins", "shim", "tools")
+LINKED = ("agent", "benchmarks", "cli", "common", "conflists", "node", "plugins", "podstate", "shim", "tools")
 
 
 def test_every_top_level_package_is_a_relative_link():

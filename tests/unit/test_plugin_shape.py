@@ -2,7 +2,9 @@
 
 * each plugin package has ``config.py`` (pure parsing, with ``load``), ``plan.py`` (pure: what to
   change), ``kernel.py`` (the only module that writes to the kernel or to state files),
-  ``plugin.py`` (the handlers) and ``__main__.py``;
+  ``plugin.py`` (the handlers) and ``__main__.py``; a plugin that keeps node state (``state`` in
+  the registry) also has ``state.py``, whose ``STATE`` is its reconciler face
+  (:class:`cnichain.common.plugin_state.PluginState`), and no other plugin has one;
 * kernel writes (netlink change requests, nft transactions, sysctl writes, file replacement) and
   pyroute2/nftables imports appear in ``kernel.py`` only, except bridge's nftables side, which has its
   own module (``firewall.py``) beside its netlink one: ``kernel.py`` there applies no nft transaction,
@@ -57,6 +59,20 @@ def test_every_plugin_has_the_shape(plugin):
     with open(os.path.join(PLUGINS_DIR, plugin, "config.py")) as fh:
         tree = ast.parse(fh.read())
     assert "load" in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+
+@pytest.mark.parametrize("ptype", TYPES, ids=lambda t: t.name)
+def test_a_plugin_keeping_state_has_its_reconciler_face(ptype):
+    import importlib
+
+    from cnichain.common.plugin_state import PluginState
+
+    has_file = os.path.isfile(os.path.join(PLUGINS_DIR, ptype.module, "state.py"))
+    assert has_file == ptype.state
+    if ptype.state:
+        face = importlib.import_module(f"cnichain.plugins.{ptype.module}.state").STATE
+        assert isinstance(face, PluginState) and face.plugin_type == ptype.name
+        assert face.repair is not None or face.leftovers is not None
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)

@@ -11,10 +11,11 @@ from cnichain.agent.reconcile import cache_events as ce
 from cnichain.agent.reconcile.ownership import Ownership
 from cnichain.plugins.bandwidth.config import ifb_name
 from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR
-from cnichain.node import install as installer
+from cnichain.node import launchers
 from cnichain.plugins.portmap.listing import HeldMapping
-from cnichain.tools.podstate import files, kernel, uncached
-from cnichain.tools.podstate.view import ContainerView, NodeView
+from cnichain.plugins.bridge.state import Masquerade
+from cnichain.podstate import files, uncached
+from cnichain.podstate.view import ContainerView, NodeView
 
 
 def _event(wd: int, mask: int, name: str = "") -> bytes:
@@ -51,14 +52,14 @@ def test_a_cache_watch_sees_a_file_written_into_results(tmp_path):
 
 def test_only_our_own_executables_make_unseen_state_ours(tmp_path):
     ours, other = tmp_path / "ours", tmp_path / "other"
-    installer.install(str(ours), plugins=["portmap", "bandwidth"], agent_socket="")
+    launchers.install(str(ours), plugins=["portmap", "bandwidth"], agent_socket="")
     other.mkdir()
     (other / "portmap").write_text("#!/bin/sh\nexec true\n")
     os.chmod(other / "portmap", 0o755)
     shutil.copy2(ours / "bandwidth", other / "bandwidth")  # a copy of our launcher is still ours
-    assert installer.written_here(str(ours / "portmap"), "portmap")
-    assert not installer.written_here(str(ours / "portmap"), "bandwidth")  # not that plugin's launcher
-    assert not installer.written_here(str(other / "portmap"), "portmap")
+    assert launchers.written_here(str(ours / "portmap"), "portmap")
+    assert not launchers.written_here(str(ours / "portmap"), "bandwidth")  # not that plugin's launcher
+    assert not launchers.written_here(str(other / "portmap"), "portmap")
     first = Ownership(lambda: [str(other), str(ours)])  # libcni's order: the first match is what runs
     assert not first.ours("n/c/eth0", "portmap") and first.ours("n/c/eth0", "bandwidth")
     first.served("n/c/eth0", "portmap")  # the agent answered that ADD itself
@@ -72,7 +73,7 @@ def _node() -> NodeView:
                                                                  f"{DEFAULT_DATA_DIR}/net/10.1.0.5")],
                          port_mappings=[HeldMapping("net", "lost", "tcp", 8080, "", 4, "10.1.0.5", 80)],
                          shaping=[{"kind": "ifb", "ifb": ifb_name("net", "lost"), "network": "net", "container_id": "lost"}],
-                         masquerade=[kernel.Masquerade("net", "lost", "eth0", ["10.1.0.5/24"])])
+                         masquerade=[Masquerade("net", "lost", "eth0", ["10.1.0.5/24"])])
     live = ContainerView("live", reservations=[files.Reservation("net", "10.1.0.6", "live", "eth0", "/x/net/10.1.0.6")])
     other_net = ContainerView("elsewhere", reservations=[files.Reservation("net", "10.1.0.7", "elsewhere", "eth1",
                                                                            "/x/net/10.1.0.7")])
@@ -87,7 +88,7 @@ def test_uncached_state_is_a_leak_only_when_the_runtime_answered_and_lacks_it():
     assert [lk.key for lk in leaks] == ["net/lost"]
     (leak,) = leaks
     assert leak.held() == ["host-local 10.1.0.5", "portmap tcp/8080", f"ifb {ifb_name('net', 'lost')}", "masquerade 10.1.0.5/24"]
-    assert leak.reservations[0][0] == DEFAULT_DATA_DIR
+    assert leak.held_by["host-local"][0][0] == DEFAULT_DATA_DIR
     assert uncached.render(leaks)[0].startswith("would collect net/lost (no cache entry")
     assert uncached.find(node, {"live", "lost"}, set())[0].key == "net/elsewhere"  # listed: kept
 
@@ -108,8 +109,8 @@ def test_an_add_the_agent_served_reaches_the_reconciler_as_ownership(tmp_path):
     proc.served(SimpleNamespace(command="ADD", plugin_type="bandwidth", env=env, stdin=stdin), 1)  # failed: no hint
     proc.served(SimpleNamespace(command="DEL", plugin_type="bridge", env=env, stdin=stdin), 0)  # not an ADD
     proc.hints.send(b"not json\n{}")  # malformed: dropped
-    engine = SimpleNamespace(ownership=Ownership(lambda: []))
-    assert loop._read_hints(theirs, engine) == 1  # type: ignore[arg-type]
-    assert engine.ownership.ours("net/c1/eth0", "portmap") and not engine.ownership.ours("net/c1/eth0", "bandwidth")
+    ownership = Ownership(lambda: [])
+    assert loop._read_hints(theirs, ownership) == 1
+    assert ownership.ours("net/c1/eth0", "portmap") and not ownership.ours("net/c1/eth0", "bandwidth")
     proc.hints.close()
     theirs.close()

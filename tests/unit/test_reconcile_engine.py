@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cnichain.agent.reconcile.engine import Reconciler
 from cnichain.agent.reconcile.settings import ReconcileConfig
-from cnichain.node import cri
+from cnichain.podstate import cri
 
 from tests.unit.test_reconcile_attachments import _write
 
@@ -29,10 +29,10 @@ def test_a_sandbox_the_runtime_lists_as_not_ready_is_being_stopped_and_not_repai
     now = [100.0]
     rec = Reconciler(ReconcileConfig(cache_dirs=[str(tmp_path)]), lambda _s: None, Listing(), clock=lambda: now[0])
     by_id = {t.entry.container_id: t for t in rec.reader.targets([str(tmp_path)])[0]}
-    assert not rec._stopping(by_id["aaa"]) and rec._stopping(by_id["bbb"])
+    assert not rec.repairs._stopping(by_id["aaa"]) and rec.repairs._stopping(by_id["bbb"])
     assert len(calls) == 1  # one listing serves the repairs of a pass
     now[0] += 5
-    rec._stopping(by_id["aaa"])
+    rec.repairs._stopping(by_id["aaa"])
     assert len(calls) == 2
 
     class Silent(Listing):
@@ -40,7 +40,7 @@ def test_a_sandbox_the_runtime_lists_as_not_ready_is_being_stopped_and_not_repai
             return None  # the runtime cannot tell: never a reason to skip
 
     rec = Reconciler(ReconcileConfig(cache_dirs=[str(tmp_path)]), lambda _s: None, Silent())
-    assert not rec._stopping(by_id["bbb"])
+    assert not rec.repairs._stopping(by_id["bbb"])
 
 
 def test_free_addresses_come_from_host_local_s_own_store(tmp_path):

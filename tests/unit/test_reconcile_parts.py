@@ -1,4 +1,4 @@
-"""The reconciler's pure parts: netlink headers, the repair budget, the CRI answer, settings, metrics."""
+"""The reconciler's pure parts: netlink headers, the repair back-off, the CRI answer, settings, metrics."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 
 from cnichain.agent.reconcile import netlink_events as ev
 from cnichain.agent.reconcile import settings, status
-from cnichain.agent.reconcile.budget import Budget
-from cnichain.node import cri
+from cnichain.agent.reconcile.backoff import Backoff
+from cnichain.podstate import cri
 
 
 def _msg(msg_type: int, payload: bytes = b"\0" * 4) -> bytes:
@@ -33,8 +33,8 @@ def test_only_deletions_wake_the_reconciler():
     assert not rt.relevant(b"\x03\0\0\0")  # truncated: ignored, never a crash
 
 
-def test_budget_backs_off_then_forgives_a_quiet_window():
-    b = Budget(limit=3, window=10.0)
+def test_backoff_backs_off_then_forgives_a_quiet_window():
+    b = Backoff(limit=3, window=10.0)
     assert not b.spend("k", 0.0) and not b.spend("k", 1.0)
     assert b.spend("k", 2.0) and b.blocked("k", 5.0) and not b.blocked("k", 12.5)
     assert not b.spend("k", 13.0) and not b.spend("k", 14.0)

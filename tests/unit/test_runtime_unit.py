@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cnichain.tools.runtime import Attachment, ConfList, Runtime
+from cnichain.podstate.runtime import Attachment, ConfList, Runtime
 
 CONF = ConfList.from_dict(
     {

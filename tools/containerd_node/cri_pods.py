@@ -7,8 +7,8 @@ the kubelet sends that matters to a sandbox: metadata, hostname, log directory, 
 mappings, labels and annotations, the Linux cgroup parent and namespace options.
 
 No gRPC or protobuf library is needed (the bench runs where only the plugins' stack is
-installed): the transport is :mod:`cnichain.node.grpc_unary`, readiness is
-:func:`cnichain.node.cri.runtime_status`, and the few messages are encoded here (field numbers
+installed): the transport is :mod:`cnichain.podstate.grpc_unary`, readiness is
+:func:`cnichain.podstate.cri.runtime_status`, and the few messages are encoded here (field numbers
 from the CRI's api.proto; ``tests/unit/test_cri_pods.py`` checks them against stubs generated
 from it).
 """
@@ -20,8 +20,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from cnichain.node import grpc_unary
-from cnichain.node.cri import CriError, fields, runtime_status
+from cnichain.podstate import grpc_unary
+from cnichain.podstate.cri import CriError, fields, runtime_status
 
 SERVICE = b"/runtime.v1.RuntimeService/"
 IMAGE_STATUS = b"/runtime.v1.ImageService/ImageStatus"

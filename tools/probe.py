@@ -34,7 +34,7 @@ def agent(socket_path: str) -> str:
 
 def runtime(endpoint: str, conflist: str, timeout: float) -> str:
     """One line about the runtime's network state on its CRI ``endpoint``, or NotReady."""
-    from cnichain.node import cri
+    from cnichain.podstate import cri
 
     path = endpoint[len("unix://"):] if endpoint.startswith("unix://") else endpoint
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from cnichain.tools.podstate.view import ContainerView, NodeView
+from cnichain.podstate.view import ContainerView, NodeView
 
 
 def _rate(tbf: dict) -> str:

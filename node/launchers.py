@@ -1,4 +1,6 @@
-"""Writing plugin executables and conflists onto a node, and removing exactly those again.
+"""The plugins' launchers: what every install path writes as an executable, and ``cnichain
+install|uninstall``, which writes them (and a conflist) from this installation and removes exactly
+those again.  (``cnichain node install`` of the bundled tree is :mod:`.bundle_install`.)
 
 Each plugin gets a Python launcher: a few lines run by this installation's interpreter with
 ``-I -S`` (isolated mode, no ``site``): no shell, no venv activation, no scan of site-packages on
@@ -20,11 +22,11 @@ import importlib.util
 import json
 import os
 import sys
-from dataclasses import dataclass, field
 from typing import Optional
 
 from cnichain.common import atomic
 from cnichain.node import native_shim
+from cnichain.node.report import InstallReport
 from cnichain.plugins import registry
 
 # CNI type -> module under cnichain.plugins (see plugins/registry.py)
@@ -161,14 +163,6 @@ def conflists_dir() -> str:
     import cnichain.conflists
 
     return os.path.dirname(os.path.abspath(cnichain.conflists.__file__))
-
-
-@dataclass
-class InstallReport:
-    written: list[str] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
-    refused: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
 
 
 def _digest(data: bytes) -> str:

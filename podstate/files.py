@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from cnichain.tools.podstate.cache import valid_id
+from cnichain.podstate.cache import valid_id
 
 _MAX_FILES = 100_000
 

@@ -8,8 +8,8 @@ seen gone), which is what ``cnichain gc --apply`` decides on.  An empty set is a
 runtime lists nothing"), so a failed call must never turn into one.
 
 :class:`CriSandboxes` asks the CRI ``RuntimeService/ListPodSandbox`` on the runtime's socket
-through :mod:`cnichain.node.cri` (no gRPC library: the node image has none), which reports a
-gRPC error status, a reset or a truncated answer as :class:`~cnichain.node.cri.CriError`.
+through :mod:`cnichain.podstate.cri` (no gRPC library: the node image has none), which reports a
+gRPC error status, a reset or a truncated answer as :class:`~cnichain.podstate.cri.CriError`.
 Every listed sandbox counts, ready or not: a NOTREADY sandbox is still the runtime's to tear down.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from cnichain.node import cri
+from cnichain.podstate import cri
 
 
 class NoSandboxes:

@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from cnichain.common.version import at_least
 
-from cnichain.tools.podstate.cache import CacheEntry
-from cnichain.tools.podstate.uncached import Leak
-from cnichain.tools.podstate.view import ContainerView, NodeView
+from cnichain.podstate.cache import CacheEntry
+from cnichain.podstate.uncached import Leak
+from cnichain.podstate.view import ContainerView, NodeView
 
 if TYPE_CHECKING:
-    from cnichain.tools.runtime import Runtime
+    from cnichain.podstate.runtime import Runtime
 
 
 @dataclass
@@ -183,7 +183,7 @@ def render(plan: Plan, applied: Optional[list[str]] = None) -> str:
         lines.append(f"{verb}GC    {c.network} keeping {len(c.valid)} attachment(s)")
         for r in c.removes:
             lines.append(f"      removes {r}")
-    from cnichain.tools.podstate import uncached
+    from cnichain.podstate import uncached
 
     lines += uncached.render(plan.uncached, verb) if applied is None else []
     if plan.uncached_note:
@@ -203,7 +203,7 @@ def execute(plan: Plan, runtime_for: Callable[[CacheEntry | None], Runtime]) -> 
     Returns report lines and whether everything succeeded.  A failed DEL leaves the entry cached
     (the runtime will retry, and so can the next gc); the GC of its network still runs.
     """
-    from cnichain.tools.runtime import Attachment, ConfigError, ConfList, PluginFailed
+    from cnichain.podstate.runtime import Attachment, ConfigError, ConfList, PluginFailed
 
     ok = True
     out = []
@@ -238,9 +238,9 @@ def execute(plan: Plan, runtime_for: Callable[[CacheEntry | None], Runtime]) -> 
         except (PluginFailed, ConfigError, OSError) as exc:
             ok = False
             out.append(f"GC failed for {c.network}: {exc}")
-    from cnichain.tools.podstate import uncached
+    from cnichain.podstate import uncached
 
-    from cnichain.tools.podstate.kernel import _in_netns
+    from cnichain.podstate.kernel import _in_netns
 
     for leak in plan.uncached:
         with _in_netns(plan.node_netns or None):
@@ -256,13 +256,13 @@ def run(conflist: str, valid: list[str], cache_dirs: list[str], bin_dirs: list[s
     """``cnichain gc``: the plan, executed when ``apply``, as report text; and whether all of it succeeded.
 
     ``conflist`` (a path, or "") limits the collection to its network.  Raises ValueError for input
-    that is not what it claims to be, :class:`~cnichain.tools.runtime.ConfigError` (a ValueError) for
+    that is not what it claims to be, :class:`~cnichain.podstate.runtime.ConfigError` (a ValueError) for
     an unusable conflist, RuntimeError when the named runtime does not list its sandboxes.
     """
-    from cnichain.tools.podstate import cache as cache_mod
-    from cnichain.tools.podstate import view
-    from cnichain.tools.podstate.sandboxes import required_listing
-    from cnichain.tools.runtime import ConfList, Runtime, plugin_dirs
+    from cnichain.podstate import cache as cache_mod
+    from cnichain.podstate import view
+    from cnichain.podstate.sandboxes import required_listing
+    from cnichain.podstate.runtime import ConfList, Runtime, plugin_dirs
 
     pairs = parse_valid(valid)
     view.check_inputs(cache_dirs, ipam_dirs, tuning_dirs, node_netns, [c for c, _ in pairs])
@@ -296,7 +296,7 @@ def _add_uncached(plan: Plan, node: NodeView, listed: Optional[set[str]], entrie
     """State no cache entry names, of containers the runtime does not list (what the reconciler
     collects after its grace period; here the operator decides).  Only with the runtime's listing:
     without it nobody can tell a lost cache's pod from a live one."""
-    from cnichain.tools.podstate import uncached
+    from cnichain.podstate import uncached
 
     if operator_valid:
         return  # --valid drives the CNI GC of the networks; it says nothing about uncached state

@@ -17,8 +17,9 @@ from typing import Any, Optional
 
 from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR as HOST_LOCAL_DATA_DIR
 from cnichain.plugins.tuning.config import DEFAULT_DATA_DIR as TUNING_DATA_DIR
-from cnichain.tools.podstate import cache as cache_mod
-from cnichain.tools.podstate import files, kernel
+from cnichain.podstate import cache as cache_mod
+from cnichain.podstate import files, kernel
+from cnichain.plugins.bridge.state import Masquerade
 from cnichain.plugins.portmap.listing import HeldMapping
 
 
@@ -43,7 +44,7 @@ class ContainerView:
     port_mappings: list[HeldMapping] = field(default_factory=list)
     shaping: list[dict] = field(default_factory=list)
     tuning_backups: list[files.TuningBackup] = field(default_factory=list)
-    masquerade: list[kernel.Masquerade] = field(default_factory=list)
+    masquerade: list[Masquerade] = field(default_factory=list)
     orphan_reasons: list[str] = field(default_factory=list)
 
     @property
@@ -203,8 +204,6 @@ def stale_reason(e: cache_mod.CacheEntry, listed: Optional[set[str]]) -> str:
 
 def _read_kernel(src: Sources, entries: list[cache_mod.CacheEntry], get: Any, view: NodeView,
                  ifb_orphans: dict[str, str]) -> None:
-    from cnichain.plugins.bandwidth.config import ifb_name
-
     try:
         for m in kernel.portmap_mappings(src.node_netns):
             if m.container_id:
@@ -220,34 +219,13 @@ def _read_kernel(src: Sources, entries: list[cache_mod.CacheEntry], get: Any, vi
     except Exception as exc:  # no pyroute2, or the namespace vanished
         view.problems.append(f"netlink: {exc}")
         return
-    # IFBs the reference made carry no alias: name them from the attachments we know of.
-    known = {ifb_name(e.network, e.container_id): (e.network, e.container_id) for e in entries}
-    for s in shaped:
-        if not s.container_id and s.ifb in known:
-            s.network, s.container_id = known[s.ifb]
-        if not s.host_veth:
-            ifb_orphans[s.ifb] = f"IFB {s.ifb} has no host veth redirecting to it (the pod's veth is gone)"
-        doc = {"kind": "ifb", **asdict(s)}
-        if s.container_id:
-            get(s.container_id).shaping.append(doc)
-        else:
-            view.unattributed.append(doc)
-    seen_veths = {s.host_veth for s in shaped}
-    shaped_ids = {s.container_id for s in shaped if s.container_id}
-    for e in entries:  # no host IFB: a TBF on the host veth the result names, and the pod's side
-        shaping: dict = {}
-        for iface in e.result.get("interfaces") or []:
-            name = iface.get("name") if isinstance(iface, dict) else None
-            if name in veth_tbf and not iface.get("sandbox") and name not in seen_veths:
-                shaping = {"kind": "veth", "network": e.network, "host_veth": name, "ingress": veth_tbf[name]}
-        if e.netns_alive and e.ifname and e.container_id not in shaped_ids:
-            inside = kernel.pod_shaping(e.netns, e.ifname, ifb_name(e.network, e.container_id))
-            if inside:  # layout split (host veth in, pod out) or pod (both inside)
-                shaping = {"kind": "pod", "network": e.network, "host_veth": shaping.get("host_veth", ""),
-                           "ifname": e.ifname, "ingress": inside.get("ingress", shaping.get("ingress")),
-                           "egress": inside.get("egress")}
-        if shaping:
-            get(e.container_id).shaping.append(shaping)
+    from cnichain.plugins.bandwidth import state as bandwidth
+
+    owned, anonymous, orphans = bandwidth.attribute(shaped, veth_tbf, entries, kernel.pod_shaping)
+    for cid, doc in owned:
+        get(cid).shaping.append(doc)
+    view.unattributed.extend(anonymous)
+    ifb_orphans.update(orphans)
 
 
 def _classify(cv: ContainerView, src: Sources, ifb_orphans: dict[str, str]) -> None:

@@ -21,7 +21,7 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from cnichain.node.bundle import executables, layout
@@ -29,6 +29,7 @@ from cnichain.node.bundle.manifest import running_manifest
 from cnichain.node import native_shim
 from cnichain.node import atomic, chain, verify
 from cnichain.node.state import NAME as STATE_NAME
+from cnichain.node.report import InstallReport
 from cnichain.node.state import NodeState, digest
 
 MODES = ("own", "chain")
@@ -84,18 +85,9 @@ class NodeConfig:
         return self.real(layout.home(self.prefix) + "/" + STATE_NAME)
 
 
-@dataclass
-class Report:
-    written: list[str] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-    verified: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
 def launcher_names(mode: str) -> dict[str, str]:
     """executable name -> plugin module for a mode (chaining never takes the reference names)."""
-    from cnichain.node.install import PLUGINS
+    from cnichain.node.launchers import PLUGINS
 
     return {(chain.our_type(t) if mode == "chain" else t): m for t, m in sorted(PLUGINS.items())}
 
@@ -121,7 +113,7 @@ def _source(cfg: NodeConfig) -> tuple[str, dict]:
 def own_conflist(cfg: NodeConfig) -> bytes:
     import json
 
-    from cnichain.node.install import conflists_dir
+    from cnichain.node.launchers import conflists_dir
 
     path = cfg.conflist if cfg.conflist.startswith("/") else os.path.join(
         conflists_dir(), cfg.conflist if cfg.conflist.endswith(".conflist") else cfg.conflist + ".conflist")
@@ -151,7 +143,7 @@ def chained_conflist(cfg: NodeConfig, state: NodeState) -> tuple[bytes, str, byt
 
 def _check_ours(cfg: NodeConfig, state: NodeState, host_path: str, data: bytes) -> None:
     """Refuse to replace a file we did not write (absent, identical, recorded or marked is fine)."""
-    from cnichain.node.install import MARKER
+    from cnichain.node.launchers import MARKER
 
     existing = atomic.read_bytes(cfg.real(host_path))
     if existing in (None, data) or state.owns(host_path, existing) or cfg.replace_foreign:
@@ -164,13 +156,13 @@ def _check_ours(cfg: NodeConfig, state: NodeState, host_path: str, data: bytes) 
     raise InstallError(f"{host_path} exists and was not written by cnichain (use --replace-foreign)")
 
 
-def _write(cfg: NodeConfig, host_path: str, data: bytes, mode: int, report: Report) -> None:
+def _write(cfg: NodeConfig, host_path: str, data: bytes, mode: int, report: InstallReport) -> None:
     real = cfg.real(host_path)
     os.makedirs(os.path.dirname(real), mode=0o755, exist_ok=True)
     (report.written if atomic.write_file(real, data, mode) else report.unchanged).append(host_path)
 
 
-def write_conflist(cfg: NodeConfig, state: NodeState, report: Report) -> None:
+def write_conflist(cfg: NodeConfig, state: NodeState, report: InstallReport) -> None:
     """Our conflist, last, atomically; for chaining also remember which primary it came from."""
     host_path = f"{cfg.conf_dir}/{cfg.conf_file_name}"
     if cfg.mode == "chain":
@@ -183,7 +175,7 @@ def write_conflist(cfg: NodeConfig, state: NodeState, report: Report) -> None:
     state.conflist, state.conflist_digest = host_path, digest(data)
 
 
-def _prune(cfg: NodeConfig, keep: list[str], report: Report) -> None:
+def _prune(cfg: NodeConfig, keep: list[str], report: InstallReport) -> None:
     versions = cfg.real(layout.versions_dir(cfg.prefix))
     names = sorted(n for n in os.listdir(versions) if re.fullmatch(r"[0-9a-f]{16}", n))
     by_age = sorted(names, key=lambda n: os.stat(os.path.join(versions, n)).st_mtime, reverse=True)
@@ -199,10 +191,10 @@ def _prune(cfg: NodeConfig, keep: list[str], report: Report) -> None:
             report.removed.append(f"{layout.versions_dir(cfg.prefix)}/{n}")
 
 
-def install(cfg: NodeConfig, runner: Optional[verify.Runner] = None) -> Report:
+def install(cfg: NodeConfig, runner: Optional[verify.Runner] = None) -> InstallReport:
     """Install or upgrade (see the module docstring); raises InstallError and leaves the conf dir alone on failure."""
     cfg.validated()
-    report = Report()
+    report = InstallReport()
     src, manifest = _source(cfg)
     tree_id = str(manifest["tree_id"])
     state = NodeState.load(cfg.state_path)
@@ -249,7 +241,7 @@ def install(cfg: NodeConfig, runner: Optional[verify.Runner] = None) -> Report:
     return report
 
 
-def refresh_chain(cfg: NodeConfig) -> Optional[Report]:
+def refresh_chain(cfg: NodeConfig) -> Optional[InstallReport]:
     """Rewrite our chained conflist if the primary changed since we derived it; None when nothing to do."""
     state = NodeState.load(cfg.state_path)
     real_dir = cfg.real(cfg.conf_dir)
@@ -261,7 +253,7 @@ def refresh_chain(cfg: NodeConfig) -> Optional[Report]:
     data = atomic.read_bytes(os.path.join(real_dir, primary))
     if data is None or (f"{cfg.conf_dir}/{primary}" == state.primary and digest(data) == state.primary_digest):
         return None
-    report = Report()
+    report = InstallReport()
     write_conflist(cfg, state, report)
     state.save(cfg.state_path)
     return report
@@ -293,10 +285,10 @@ def watch(cfg: NodeConfig, interval: float = 5.0, rounds: Optional[int] = None,
     return 0
 
 
-def uninstall(cfg: NodeConfig, force: bool = False) -> Report:
+def uninstall(cfg: NodeConfig, force: bool = False) -> InstallReport:
     """Remove our conflist first (pods stop using us), then launchers, ``current`` and the versions."""
     cfg.validated()
-    report = Report()
+    report = InstallReport()
     state = NodeState.load(cfg.state_path)
     # shims before the cold launchers they fall back to (a shim never points at a removed file)
     paths = ([state.conflist] if state.conflist else []) + sorted(

@@ -14,7 +14,7 @@ MAX_BACKOFF = 3600.0
 
 
 @dataclass
-class Budget:
+class Backoff:
     limit: int
     window: float
     times: dict[str, list[float]] = field(default_factory=dict)
@@ -26,7 +26,7 @@ class Budget:
         return self.until.get(key, 0.0) > now
 
     def spend(self, key: str, now: float) -> bool:
-        """Record one repair of ``key``; True when that exhausted its budget (now backing off)."""
+        """Record one repair of ``key``; True when that reached the limit (now backing off)."""
         busy = max(self.last.get(key, float("-inf")), self.until.get(key, float("-inf")))
         if now - busy >= self.window:
             self.strikes.pop(key, None)  # a quiet window after the last repair or back-off: forgiven

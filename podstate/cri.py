@@ -4,10 +4,10 @@
   whether NetworkReady is true; ``cnichain node probe --runtime-endpoint SOCKET`` uses it, so a
   DaemonSet's readiness can mean "the runtime runs our chain", not only "our agent answers".
 * ``RuntimeService/ListPodSandbox`` (:func:`list_pod_sandboxes`): which sandboxes the runtime
-  still knows; the reconciler (:mod:`cnichain.tools.podstate.sandboxes`) never collects those.
+  still knows; the reconciler (:mod:`cnichain.podstate.sandboxes`) never collects those.
 
 The image carries no gRPC or protobuf library (only the plugins' stack), and neither is needed:
-the transport is :mod:`cnichain.node.grpc_unary` (one bounded unary call; a gRPC error status
+the transport is :mod:`cnichain.podstate.grpc_unary` (one bounded unary call; a gRPC error status
 is always an error, never an empty answer), and the messages are so small that they are encoded
 here by hand (field numbers from the CRI's api.proto; ``tests/unit/test_node_cri.py`` checks them
 against stubs generated from it).
@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
-from cnichain.node import grpc_unary
+from cnichain.podstate import grpc_unary
 
 STATUS = b"/runtime.v1.RuntimeService/Status"
 LIST_POD_SANDBOX = b"/runtime.v1.RuntimeService/ListPodSandbox"

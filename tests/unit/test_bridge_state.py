@@ -1,10 +1,10 @@
-"""What the reconciler reads back from a cached result for bridge's nftables rules."""
+"""What bridge's state.py (its reconciler face) reads back from a cached result for its nftables rules."""
 
 from __future__ import annotations
 
 import json
 
-from cnichain.agent.reconcile import repair
+from cnichain.plugins.bridge import state as bridge_state
 from cnichain.common.skel import build_request
 from cnichain.plugins.bandwidth.config import ifb_name
 
@@ -24,9 +24,9 @@ def _req(macspoofchk: bool, ip_masq: bool = True):
 
 
 def test_the_spoof_check_guards_the_host_veth_and_the_pod_mac_of_the_result():
-    assert repair._bridge_wants(_req(True)) == (["10.9.0.2/24"], ("veth0123abcd", "0a:58:0a:09:00:02"))
-    assert repair._bridge_wants(_req(False)) == (["10.9.0.2/24"], None)
-    assert repair._bridge_applies(_req(True, ip_masq=False)) and not repair._bridge_applies(_req(False, ip_masq=False))
+    assert bridge_state.wants(_req(True)) == (["10.9.0.2/24"], ("veth0123abcd", "0a:58:0a:09:00:02"))
+    assert bridge_state.wants(_req(False)) == (["10.9.0.2/24"], None)
+    assert bridge_state.applies(_req(True, ip_masq=False)) and not bridge_state.applies(_req(False, ip_masq=False))
 
 
 def test_a_spoof_rule_is_read_back_as_its_veth_and_mac():
@@ -39,6 +39,6 @@ def test_a_spoof_rule_is_read_back_as_its_veth_and_mac():
     req = _req(True)
     tag = rules.owner_tag("net1", "c1", "eth0")
     masq = {tag: {"10.9.0.2"}}
-    assert repair._bridge_missing(req, masq, {tag: {("veth0123abcd", "0a:58:0a:09:00:02")}}) is None
-    assert repair._bridge_missing(req, masq, {}) == "MAC spoof check of 0a:58:0a:09:00:02 on veth0123abcd missing"
-    assert repair._bridge_missing(req, {}, {}).startswith("masquerade rules missing for 10.9.0.2;")
+    assert bridge_state.missing(req, masq, {tag: {("veth0123abcd", "0a:58:0a:09:00:02")}}) is None
+    assert bridge_state.missing(req, masq, {}) == "MAC spoof check of 0a:58:0a:09:00:02 on veth0123abcd missing"
+    assert bridge_state.missing(req, {}, {}).startswith("masquerade rules missing for 10.9.0.2;")
