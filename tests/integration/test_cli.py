@@ -83,13 +83,20 @@ def test_demo_cleans_up_on_ctrl_c():
     """Interrupted mid-chain, the demo removes everything it made and exits 130.
 
     ``--pause`` holds the demo at each step until stdin says go on, so the interrupt lands while
-    the demo is provably inside the ADD of pod1, however loaded the machine is.
+    the demo is provably inside the ADD of pod1, however loaded the machine is. The demo gets
+    SIGINT's default disposition whoever started pytest: a non-interactive shell's background job
+    (``cmd &``, ``nohup``, many CI runners) inherits SIGINT as ignored, and a Python started that
+    way installs no KeyboardInterrupt handler, so the signal would never reach the demo.
     """
     import signal
     import time
 
+    def default_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     proc = subprocess.Popen(CLI + ["demo", "--pause"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=_env())
+                            stderr=subprocess.STDOUT, text=True, env=_env(),
+                            preexec_fn=default_sigint)
     assert proc.stdin is not None and proc.stdout is not None
     seen: list[str] = []
     deadline = time.monotonic() + 120
