@@ -29,7 +29,13 @@ def _write(path: str, value: str) -> None:
         fh.write(value)
 
 
+class Unreadable(RuntimeError):
+    """A cgroup file a reading needs is missing, unreadable or not what the kernel writes there:
+    a number made up in its place (0) would let a check pass without measuring anything."""
+
+
 def _read(path: str) -> str:
+    """The file's text, or "" when it is gone (only :meth:`MemCgroup.pids` and cleanup use this)."""
     try:
         with open(path) as fh:
             return fh.read()
@@ -37,12 +43,29 @@ def _read(path: str) -> str:
         return ""
 
 
-def _keyed(text: str, key: str) -> int:
-    for line in text.splitlines():
+def _strict(path: str) -> str:
+    """The file's text; :class:`Unreadable` when it cannot be read."""
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError as exc:
+        raise Unreadable(f"cannot read {path}: {exc}") from exc
+
+
+def _number(path: str) -> int:
+    value = _strict(path).strip()
+    if not value.isdigit():
+        raise Unreadable(f"{path} holds {value[:40]!r}, not a byte count")
+    return int(value)
+
+
+def _keyed(path: str, key: str) -> int:
+    """The value of ``key`` in a flat-keyed cgroup file; :class:`Unreadable` when the key is absent."""
+    for line in _strict(path).splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[0] == key and parts[1].isdigit():
             return int(parts[1])
-    return 0
+    raise Unreadable(f"{path} has no {key!r} line")
 
 
 class MemCgroup:
@@ -91,15 +114,15 @@ class MemCgroup:
             _write(os.path.join(d, "cgroup.procs"), str(pid or os.getpid()))
 
     def usage(self) -> int:
+        """What the cgroup is charged now; :class:`Unreadable` when the kernel does not say."""
         name = "memory.current" if self.v2 else "memory.usage_in_bytes"
-        value = _read(os.path.join(self.memory, name)).strip()
-        return int(value) if value.isdigit() else 0
+        return _number(os.path.join(self.memory, name))
 
     def peak(self) -> int:
-        """The most the cgroup was charged since it was made (v2 kernels without memory.peak: 0)."""
+        """The most the cgroup was charged since it was made (or the last :meth:`reset_peak`);
+        :class:`Unreadable` on a kernel without the file, never a made-up 0."""
         name = "memory.peak" if self.v2 else "memory.max_usage_in_bytes"
-        value = _read(os.path.join(self.memory, name)).strip()
-        return int(value) if value.isdigit() else 0
+        return _number(os.path.join(self.memory, name))
 
     def reset_peak(self) -> bool:
         """Start the peak over (v1: writing 0; v2 kernels with a writable memory.peak); False when
@@ -112,10 +135,10 @@ class MemCgroup:
             return False
 
     def oom_kills(self) -> int:
-        """Processes of this cgroup the OOM killer took."""
-        if self.v2:
-            return _keyed(_read(os.path.join(self.memory, "memory.events")), "oom_kill")
-        return _keyed(_read(os.path.join(self.memory, "memory.oom_control")), "oom_kill")
+        """Processes of this cgroup the OOM killer took; :class:`Unreadable` when the kernel's
+        counter cannot be read (an unread counter is not "none")."""
+        name = "memory.events" if self.v2 else "memory.oom_control"
+        return _keyed(os.path.join(self.memory, name), "oom_kill")
 
     def pids(self) -> list[int]:
         return [int(p) for p in _read(os.path.join(self.memory, "cgroup.procs")).split() if p.isdigit()]

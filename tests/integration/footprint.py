@@ -37,8 +37,12 @@ def _strip(value: Any) -> Any:
 def nft_items(lab: Lab) -> set[str]:
     """Rules and map/set elements of our tables; portmap's shared skeleton (the hook chains and
     their map lookups) is not per pod, only its per-container chains' rules are."""
+    # A failed nft (or one that printed nothing) is not an empty ruleset: it raises here, so
+    # "nothing left" cannot be read off a listing that never happened.
     proc = lab.run(lab.node, "nft", "-j", "list", "ruleset", check=False)
-    items = json.loads(proc.stdout).get("nftables", []) if proc.stdout.strip() else []
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise AssertionError(f"nft -j list ruleset failed ({proc.returncode}): {proc.stderr.strip()[:300]}")
+    items = json.loads(proc.stdout)["nftables"]
     out = set()
     for item in items:
         for kind in ("rule", "map", "set"):

@@ -86,7 +86,8 @@ def test_churn_with_periodic_flushes_ends_with_no_leak_and_no_failed_pod(node, l
     assert failures == []
     assert done["pods"] > 0
     ipam = os.path.join(lab.workdir, "ipam", "rcnet")
-    assert [n for n in os.listdir(ipam) if n[0].isdigit()] == [] if os.path.isdir(ipam) else True
+    assert os.path.isdir(ipam), f"no IPAM directory {ipam}: the pods were addressed elsewhere"
+    assert [n for n in os.listdir(ipam) if n[0].isdigit()] == []
     table = lab.run(lab.node, "nft", "list", "table", portmap_names.FAMILY, portmap_names.TABLE, check=False).stdout
     assert "chain c-" not in table
     assert "id: soak-" not in masquerade_rules(lab)

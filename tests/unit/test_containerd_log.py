@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from cnichain.tools.containerd_node.process import plugin_failures
 
 FAILED_SETUP = ('time="2026-12-02T10:00:00Z" level=error msg="RunPodSandbox for &PodSandboxMetadata{Name:p0,} failed, '
@@ -29,5 +31,6 @@ def test_a_ttrpc_broken_pipe_or_a_config_reload_is_not_a_plugin_failure(tmp_path
     assert plugin_failures(_log(tmp_path, TTRPC, NOT_READY)) == []
 
 
-def test_a_missing_log_has_no_failures(tmp_path):
-    assert plugin_failures(str(tmp_path / "absent.log")) == []
+def test_a_missing_log_is_an_error_not_a_clean_log(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        plugin_failures(str(tmp_path / "absent.log"))

@@ -112,12 +112,12 @@ PLUGIN_FAILURE = re.compile(
 
 
 def plugin_failures(path: str) -> list[str]:
-    """The lines of a containerd log that report a failed plugin exec (network setup or teardown)."""
-    try:
-        with open(path, errors="replace") as fh:
-            return [line.strip()[:300] for line in fh if PLUGIN_FAILURE.search(line)]
-    except FileNotFoundError:
-        return []
+    """The lines of a containerd log that report a failed plugin exec (network setup or teardown).
+
+    A log that is not there raises (OSError): a containerd that logged nowhere reported nothing,
+    which is not "no failures"."""
+    with open(path, errors="replace") as fh:
+        return [line.strip()[:300] for line in fh if PLUGIN_FAILURE.search(line)]
 
 
 def log_tail(path: str, lines: int = 40) -> str:
