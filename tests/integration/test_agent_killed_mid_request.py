@@ -48,6 +48,20 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _netns(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return ""
+
+
+def _busy(agent_pid: int, workers: list[int]) -> list[int]:
+    """The workers inside a caller's network namespace: serving a request right now (a worker
+    enters the shim's namespaces for a request and goes back home before it is idle again)."""
+    home = _netns(agent_pid)
+    return [w for w in workers if _netns(w) not in ("", home)]
+
+
 class Killer:
     """Kills random workers of the current agent, and the agent once, until stopped."""
 
@@ -56,36 +70,50 @@ class Killer:
         self.agent = stack.enter_context(setup.agent(*args))
         self.stop = threading.Event()
         self.kills = 0
-        self.agent_killed = False
+        self.killed_pids: list[int] = []  # the workers this killer's SIGKILL reached
+        self.agent_killed = False  # set only once the agent is seen dead of that SIGKILL
         self.error: BaseException | None = None
         self.rng = random.Random()
 
     def restart_agent(self) -> None:
         os.kill(self.agent.pid, signal.SIGKILL)
-        self.agent.proc.wait(10)
+        code = self.agent.proc.wait(10)
+        assert code == -signal.SIGKILL, f"the agent exited {code}, not by the killer's SIGKILL"
+        self.agent_killed = True
         self.agent = self.stack.enter_context(self.setup.agent(*self.args))
 
     def run(self) -> None:
         try:
-            kill_agent_at = self.rng.randint(3, MAX_KILLS // 2)
+            # Early in the phase, while its requests are still running (asserted by the caller).
+            kill_agent_at = self.rng.randint(1, 2)
             while not self.stop.is_set() and self.kills < MAX_KILLS:
                 time.sleep(self.rng.uniform(0.05, 0.3))
-                if self.kills == kill_agent_at and not self.agent_killed:
-                    self.agent_killed = True
+                if self.kills >= kill_agent_at and not self.agent_killed:
                     self.restart_agent()
                     continue
                 workers = _children(self.agent.pid)
                 if workers:
+                    # A busy worker when one is seen (the kill this test is about), else any.
+                    victim = self.rng.choice(_busy(self.agent.pid, workers) or workers)
                     try:
-                        os.kill(self.rng.choice(workers), signal.SIGKILL)
+                        os.kill(victim, signal.SIGKILL)
                         self.kills += 1
+                        self.killed_pids.append(victim)
                     except ProcessLookupError:
                         pass
         except BaseException as exc:  # noqa: BLE001 - reported by the test's thread
             self.error = exc
 
 
-def _phase(setup: Setup, args: tuple[str, ...], work) -> dict[str, str]:
+def _busy_kills(log: str, command: str, pids: list[int]) -> set[int]:
+    """Which of ``pids`` the agent logged as the worker of a ``command`` request that ended
+    "killed": kills that landed on a busy worker mid-request, not on an idle one in the pool."""
+    logged = {int(m.group(1)) for m in re.finditer(
+        rf"command={command} .*outcome=killed .*worker=(\d+)", log)}
+    return logged & set(pids)
+
+
+def _phase(setup: Setup, args: tuple[str, ...], work) -> tuple[dict[str, str], Killer]:
     with contextlib.ExitStack() as stack:
         killer = Killer(stack, setup, args)
         thread = threading.Thread(target=killer.run, daemon=True)
@@ -97,7 +125,8 @@ def _phase(setup: Setup, args: tuple[str, ...], work) -> dict[str, str]:
             thread.join(60)
         assert killer.error is None, killer.error
         assert killer.kills > 0
-        return failed
+        assert killer.agent_killed, "the phase ended before the agent itself was killed"
+        return failed, killer
 
 
 def test_no_failed_pod_and_nothing_left(lab, setup):
@@ -105,13 +134,18 @@ def test_no_failed_pod_and_nothing_left(lab, setup):
     atts = pods(lab, PODS, "k")
     runtime = Runtime([setup.warm], lab.path("cache", "x").rsplit("/", 1)[0], node_netns=lab.node)
     args = ("--reconcile", "off", "--pool", "2")
-    failed = _phase(setup, args, lambda: all_at_once(runtime, atts, lambda att: runtime.add(conf, att)))
+    failed, adds = _phase(setup, args, lambda: all_at_once(runtime, atts, lambda att: runtime.add(conf, att)))
     assert failed == {}
     for att in atts:
         lab.run(att.netns, "ping", "-c1", "-W2", "10.22.0.1")
-    failed = _phase(setup, args, lambda: all_at_once(runtime, atts, lambda att: runtime.delete(conf, att)))
+    failed, dels = _phase(setup, args, lambda: all_at_once(runtime, atts, lambda att: runtime.delete(conf, att)))
     assert failed == {}
     assert leftovers(footprint(lab)) == {}
     with open(setup.sock + ".log") as fh:
         log = fh.read()
-    assert re.search(r"command=ADD .*outcome=killed", log), "no ADD's worker was killed mid-request"
+    busy_adds = _busy_kills(log, "ADD", adds.killed_pids)
+    busy_dels = _busy_kills(log, "DEL", dels.killed_pids)
+    print(f"killed mid-request: {len(busy_adds)} of {adds.kills} ADD-phase kills, "
+          f"{len(busy_dels)} of {dels.kills} DEL-phase kills hit a busy worker")
+    assert busy_adds, f"none of the ADD phase's kills {adds.killed_pids} hit a worker serving an ADD"
+    assert busy_dels, f"none of the DEL phase's kills {dels.killed_pids} hit a worker serving a DEL"
