@@ -28,8 +28,11 @@ from tests.integration.portmap_traffic import fetch, serve
 pytestmark = pytest.mark.integration
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
-RATE = 10_000_000
-LIMITS = {"ingressRate": RATE, "ingressBurst": 1_000_000, "egressRate": RATE, "egressBurst": 1_000_000}
+# A different rate each way, 40 % apart (the tolerance is 10 %): a plugin that shaped ingress as
+# egress, or the other way, fails both measurements.
+RATE = 10_000_000  # ingress: into the pod
+EGRESS_RATE = 6_000_000  # out of the pod
+LIMITS = {"ingressRate": RATE, "ingressBurst": 1_000_000, "egressRate": EGRESS_RATE, "egressBurst": 1_000_000}
 NODE_IP, CLIENT_IP = "192.168.88.1", "192.168.88.2"
 HOST_PORT, POD_PORT = 8088, 80
 ADDED = chain.DEFAULT_ADDED + (
@@ -126,7 +129,7 @@ def test_meta_plugins_after_primary(lab, make_runtime, plugin_dir, reference_dir
             server.kill()
             server.wait()
     ok_in, into_pod = rate_within(lambda: lab.iperf(pod, peer, pod_ip, seconds=4), RATE)
-    ok_out, out_of_pod = rate_within(lambda: lab.iperf(pod, peer, pod_ip, seconds=4, reverse=True), RATE)
+    ok_out, out_of_pod = rate_within(lambda: lab.iperf(pod, peer, pod_ip, seconds=4, reverse=True), EGRESS_RATE)
     print(f"{primary}: into the pod {into_pod} bit/s, out of it {out_of_pod} bit/s")
     assert ok_in and ok_out, (into_pod, out_of_pod)
     if conf.cni_version not in ("0.3.0", "0.3.1"):
