@@ -17,7 +17,7 @@ import pytest
 from cnichain.node import launchers
 from cnichain.tools.lab import Lab
 from cnichain.podstate.runtime import Runtime
-from tests import required
+from tests import coldruns, required
 from tests.specver import ALL_VERSIONS, CHAINING_VERSIONS, CHECK_VERSIONS
 
 REFERENCE_DIR = os.environ.get("CNICHAIN_REFERENCE_DIR", "/usr/lib/cni")
@@ -93,9 +93,6 @@ def agent_socket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield agent.socket_path
 
 
-COLD_ENTRY = "from cnichain.plugins."  # the line where an installed launcher starts the plugin in-process
-
-
 @pytest.fixture(scope="session")
 def plugin_dir(tmp_path_factory: pytest.TempPathFactory, agent_socket: str) -> Iterator[str]:
     """A bin dir with one executable per cnichain plugin, written by the real installer: Python
@@ -116,31 +113,11 @@ def plugin_dir(tmp_path_factory: pytest.TempPathFactory, agent_socket: str) -> I
         yield path
         return
     cold_log = str(tmp_path_factory.mktemp("coldruns") / "cold.log")
-    _note_cold_runs(path, cold_log)
-    yield path
-    if os.path.exists(cold_log):
-        with open(cold_log) as fh:
-            runs = fh.read().split()
-        raise AssertionError(f"the warm pass ran {len(runs) // 2} plugin execs cold (type, command): {runs[:40]}")
-
-
-def _note_cold_runs(bin_dir: str, log: str) -> None:
-    """Make every launcher under ``bin_dir`` append "<module> <CNI_COMMAND>" to ``log`` when it
-    runs the plugin in-process (the native shim's cold launchers, or a Python launcher's cold tail)."""
-    note = (f"open({log!r}, 'a').write(__import__('os').path.basename(sys.argv[0]) + ' '"
-            " + __import__('os').environ.get('CNI_COMMAND', '?') + '\\n')\n")
-    noted = 0
-    for root, _dirs, files in os.walk(bin_dir):
-        for name in files:
-            launcher = os.path.join(root, name)
-            with open(launcher, "rb") as fh:
-                data = fh.read()
-            if data.startswith(b"#!") and COLD_ENTRY.encode() in data:
-                head, entry, tail = data.partition(COLD_ENTRY.encode())
-                with open(launcher, "wb") as fh:
-                    fh.write(head + note.encode() + entry + tail)
-                noted += 1
-    assert noted, f"no launcher under {bin_dir} has the cold entry {COLD_ENTRY!r}: the detector would see nothing"
+    with coldruns.noted(path, cold_log) as cold:
+        yield path
+        runs = cold.runs()
+    if runs:
+        raise AssertionError(f"the warm pass ran {len(runs)} plugin execs cold (type, command): {runs[:20]}")
 
 
 @pytest.fixture(scope="session")
