@@ -2,20 +2,28 @@
 
 ``maxPods`` is 110 by default, and a kubelet starts every pod of a node at once after a reboot or a
 drain.  Here 110 RunPodSandbox calls run in parallel, each pod with a hostPort and both bandwidth
-annotations, through the shims of the node's bin dir forwarding to an agent that runs in a memory
-cgroup of the DaemonSet's limit for its container (512 MiB) with its CPU quota (2 CPUs).  Every pod
+annotations (a different rate each way), through the shims of the node's bin dir forwarding to an
+agent that runs in a memory cgroup of the DaemonSet's limit for its container (512 MiB) with its
+CPU quota (2 CPUs).  Every pod
 must be ready with an IP, every hostPort must answer from the client namespace (a listener opened
 in each pod's network namespace answers ``pong``), every pod must be torn down (StopPodSandbox and
 RemovePodSandbox, all in parallel too), and nothing may be left: no reservation, rule, IFB, qdisc,
-veth, cache entry or netns.  The agent must not have been OOM-killed, nor any of its workers, and
-every request must have run warm (none sent cold, none failed).  Wall times and pods per second are
-printed next to the same pods without the agent (cold, the same run), never asserted.
+veth, cache entry or netns.  Every pod must be shaped as bandwidth's default layout puts it (a root
+TBF at the ingress rate on its host veth, one at the egress rate on its eth0, no IFB), and one
+sample pod's rates are measured both ways.  The agent must not have been OOM-killed, nor any of
+its workers, its peak must lie above its idle footprint and below half its limit, and every
+request must have run warm: none sent cold or failed by the agent's counters, and none run cold
+by the shims' own record (a shim that gave up on the agent is never counted by it).  The same
+pods then run without the agent (cold, the same run) and must pass the same checks; wall times
+and pods per second of both are printed, never asserted.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import selectors
+import subprocess
 import socket
 import threading
 import time
@@ -26,12 +34,13 @@ from cnichain.agent import running_agent
 from cnichain.common import netns as netns_mod
 from cnichain.node import launchers
 from cnichain.tools.memcg import MemCgroup
+from tests.coldruns import noted
 
 from . import leftovers, traffic
 from .conftest import CriNode
 from .cri_client import Port, PodSpec
 from .node import NODE_IP
-from .test_containerd_reconcile import CONTAINERD_21, SHAPED
+from .test_containerd_reconcile import CONTAINERD_21
 
 pytestmark = [pytest.mark.runtime, pytest.mark.integration]
 
@@ -39,6 +48,9 @@ PODS = 110
 LIMIT = 512 << 20  # deploy/: the agent container's memory limit and CPU quota
 CPUS = 2.0
 BASE_PORT = 23000
+INGRESS = 20_000_000  # bits/s into each pod ...
+EGRESS = 10_000_000  # ... and out of it: different, so that swapped directions cannot pass
+SHAPED = {"kubernetes.io/ingress-bandwidth": "20M", "kubernetes.io/egress-bandwidth": "10M"}
 
 
 def install_shims(cri_node: CriNode, socket_path: str) -> None:
@@ -93,8 +105,55 @@ class Listeners:
             sock.close()
 
 
-def storm(cri_node: CriNode, tag: str) -> tuple[float, float, list[str]]:
-    """110 pods at once, each hostPort checked, all torn down at once: (up s, down s, failures)."""
+def _in_pod(pid: int, *argv: str) -> list[dict]:
+    """``ip -j``/``tc -j`` output of ``argv`` run in the network namespace of pod process ``pid``."""
+    proc = subprocess.run(traffic.pod_argv(pid, *argv), capture_output=True, text=True, check=True, timeout=60)
+    return json.loads(proc.stdout or "[]")
+
+
+def root_tbf_rate(qdiscs: list[dict], dev: str) -> int:
+    """The rate (bytes/s, as tc prints it) of ``dev``'s root TBF in ``tc -j qdisc show``; 0: none."""
+    for q in qdiscs:
+        if q.get("dev") == dev and q.get("kind") == "tbf" and q.get("root"):
+            return int(q["options"]["rate"])
+    return 0
+
+
+def shaping_failures(cri_node: CriNode, pods: list) -> list[str]:
+    """Each pod against bandwidth's default (split) layout: its host veth (eth0's peer, found by
+    ifindex) has a root TBF at the ingress rate, its eth0 one at the egress rate, and no IFB exists."""
+    node = cri_node.node
+    host_links = {link["ifindex"]: link["ifname"]
+                  for link in json.loads(node.node_run("ip", "-j", "link", "show").stdout or "[]")}
+    host_qdiscs = json.loads(node.node_run("tc", "-j", "qdisc", "show").stdout or "[]")
+    failures = [f"an IFB exists: {name}" for name in leftovers.ifbs(node.node_run)]
+    for i, pod in pods:
+        eth0 = _in_pod(pod.pid, "ip", "-j", "link", "show", "dev", "eth0")
+        host_veth = host_links.get(eth0[0].get("link_index", -1), "") if eth0 else ""
+        ingress = root_tbf_rate(host_qdiscs, host_veth)
+        egress = root_tbf_rate(_in_pod(pod.pid, "tc", "-j", "qdisc", "show", "dev", "eth0"), "eth0")
+        if (ingress * 8, egress * 8) != (INGRESS, EGRESS):
+            failures.append(f"pod {i}: root TBF rates {ingress * 8} bit/s on host veth {host_veth or '?'} and "
+                            f"{egress * 8} bit/s on eth0, want {INGRESS} and {EGRESS}")
+    return failures
+
+
+def sample_rates(cri_node: CriNode, pod) -> list[str]:
+    """iperf3 both ways between the client namespace and one pod: each direction at its own rate."""
+    in_pod, client = traffic.pod_argv(pod.pid), cri_node.node.client_argv()
+    failures = []
+    for reverse, want, what in ((False, INGRESS, "ingress"), (True, EGRESS, "egress")):
+        ok, rates = traffic.rate_within(
+            lambda reverse=reverse: traffic.iperf_rate(in_pod, client, pod.ip, reverse=reverse, seconds=4), want)
+        print(f"node scale: sample pod {what} {[round(r) for r in rates]} bit/s, want {want}")
+        if not ok:
+            failures.append(f"sample pod {what} {rates} bit/s, want {want} +-10%")
+    return failures
+
+
+def storm(cri_node: CriNode, tag: str, measure: bool = False) -> tuple[float, float, list[str]]:
+    """110 pods at once, each hostPort and shaping checked (``measure``: one pod's rates measured
+    too), all torn down at once: (up s, down s, failures)."""
     cri = cri_node.cri
     failures: list[str] = []
 
@@ -121,6 +180,9 @@ def storm(cri_node: CriNode, tag: str) -> tuple[float, float, list[str]]:
             got = traffic.tcp_request(cri_node.node.client_argv(), NODE_IP, BASE_PORT + i, b"ping\n")
             if b"pong" not in got:
                 failures.append(f"pod {i}: hostPort {BASE_PORT + i} did not answer ({got[:80]!r})")
+    failures += shaping_failures(cri_node, pods)
+    if measure and pods:
+        failures += sample_rates(cri_node, pods[0][1])
     ready = {p.id for p in cri.list_pods() if p.state == 0}  # SANDBOX_READY
     failures += [f"pod {i}: not ready" for i, pod in pods if pod.id not in ready]
 
@@ -145,23 +207,26 @@ def test_110_pods_at_once_every_one_ready_and_answering_and_nothing_left(cri_nod
     assert node.holder is not None
     sock = node.lab.path("agent", "agent.sock")
     install_shims(cri_node, sock)
-    with MemCgroup(LIMIT, cpus=CPUS) as cg:
+    with MemCgroup(LIMIT, cpus=CPUS) as cg, noted(node.bin_dir, node.lab.path("cold-runs.log")) as cold:
         with running_agent(sock, netns=node.lab.node, preexec=cg.join, args=(
                 "--mount-ns", f"/proc/{node.holder.pid}/ns/mnt", "--bin-dir", node.bin_dir,
                 "--runtime-endpoint", cri_node.containerd.socket, "--queue-wait", "120")) as agent:
             idle = cg.usage()  # the agent and its pool before any pod: the storm must charge more
-            warm_up, warm_down, failures = storm(cri_node, "warm")
+            warm_up, warm_down, failures = storm(cri_node, "warm", measure=True)
             assert failures == []
             assert leftovers.everything(node.node_run) == []
             metrics = agent.metrics()
             assert agent.proc.poll() is None  # the agent itself was not killed
         oom_kills, peak = cg.oom_kills(), cg.peak()
-    install_shims(cri_node, "")  # the same pods cold, for the printed comparison
+        cold_runs = cold.runs()
+    install_shims(cri_node, "")  # the same pods cold: the same checks, and the printed comparison
     cold_up, cold_down, cold_failures = storm(cri_node, "cold")
     print(f"node scale: {PODS} pods at once through containerd 2.1: warm (agent in {LIMIT >> 20} MiB, "
           f"{CPUS:g} CPUs) up {warm_up:.1f} s down {warm_down:.1f} s ({PODS / warm_up:.1f} / "
           f"{PODS / warm_down:.1f} pods/s), agent peak {peak >> 20} MiB, OOM kills {oom_kills}; "
           f"cold up {cold_up:.1f} s down {cold_down:.1f} s ({len(cold_failures)} failed)")
+    assert cold_failures == []
+    assert cold_runs == [], f"{len(cold_runs)} plugin execs ran cold (type, command): {cold_runs[:20]}"
     assert oom_kills == 0
     assert idle < peak < LIMIT // 2, f"idle {idle >> 20} MiB, peak {peak >> 20} MiB"
     outcomes = [line for line in metrics.splitlines() if line.startswith("cnichain_agent_requests_total{")]
