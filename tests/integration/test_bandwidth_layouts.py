@@ -284,7 +284,7 @@ def test_add_again_over_a_killed_adds_host_tbf_builds_the_split_layout(lab, make
 UNKNOWN_KIND = ("Error: Unknown device type.", "RTNETLINK answers: Operation not supported")
 
 
-def _kernel_refuses(kind: str) -> str:
+def _kernel_refuses(kind: str, parent: str = "pv0") -> str:
     """The kernel's own refusal of a link of ``kind`` ("" when it makes one), probed in a throwaway
     namespace; any other failure of the probe fails the test instead of skipping it."""
     name = f"cnit-probe-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -292,7 +292,7 @@ def _kernel_refuses(kind: str) -> str:
     try:
         subprocess.run(["ip", "-n", name, "link", "add", "pv0", "type", "veth", "peer", "name", "pv1"], check=True,
                        capture_output=True)
-        proc = subprocess.run(["ip", "-n", name, "link", "add", "link", "pv0", "name", "probe0", "type", kind],
+        proc = subprocess.run(["ip", "-n", name, "link", "add", "link", parent, "name", "probe0", "type", kind],
                               capture_output=True, text=True)
         if proc.returncode == 0:
             return ""
@@ -319,6 +319,15 @@ PRIMARIES = {
     "ipvlan": {"type": "ipvlan", "master": "up0", "mode": "l2"},
     "host-device": {"type": "host-device", "device": "up0"},
 }
+
+
+def test_the_link_probe_skips_only_for_an_unknown_kind():
+    """The probe the ipvlan case skips on: an unknown kind is the kernel's refusal; a probe that
+    failed for another reason (here a parent that does not exist) fails instead of skipping."""
+    assert _kernel_refuses("cnitnosuchkind") in UNKNOWN_KIND
+    assert _kernel_refuses("macvlan") == ""
+    with pytest.raises(AssertionError, match="not for want of the kind"):
+        _kernel_refuses("macvlan", parent="cnit-absent0")
 
 
 @pytest.mark.parametrize("primary", list(PRIMARIES))
