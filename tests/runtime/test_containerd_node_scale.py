@@ -131,7 +131,7 @@ def shaping_failures(cri_node: CriNode, pods: list) -> list[str]:
         eth0 = _in_pod(pod.pid, "ip", "-j", "link", "show", "dev", "eth0")
         host_veth = host_links.get(eth0[0].get("link_index", -1), "") if eth0 else ""
         ingress = root_tbf_rate(host_qdiscs, host_veth)
-        egress = root_tbf_rate(_in_pod(pod.pid, "tc", "-j", "qdisc", "show", "dev", "eth0"), "eth0")
+        egress = root_tbf_rate(_in_pod(pod.pid, "tc", "-j", "qdisc", "show"), "eth0")  # "show dev" omits the dev
         if (ingress * 8, egress * 8) != (INGRESS, EGRESS):
             failures.append(f"pod {i}: root TBF rates {ingress * 8} bit/s on host veth {host_veth or '?'} and "
                             f"{egress * 8} bit/s on eth0, want {INGRESS} and {EGRESS}")
