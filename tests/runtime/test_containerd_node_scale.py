@@ -223,7 +223,7 @@ def test_110_pods_at_once_every_one_ready_and_answering_and_nothing_left(cri_nod
     cold_up, cold_down, cold_failures = storm(cri_node, "cold")
     print(f"node scale: {PODS} pods at once through containerd 2.1: warm (agent in {LIMIT >> 20} MiB, "
           f"{CPUS:g} CPUs) up {warm_up:.1f} s down {warm_down:.1f} s ({PODS / warm_up:.1f} / "
-          f"{PODS / warm_down:.1f} pods/s), agent peak {peak >> 20} MiB, OOM kills {oom_kills}; "
+          f"{PODS / warm_down:.1f} pods/s), agent idle {idle >> 20} MiB peak {peak >> 20} MiB, OOM kills {oom_kills}; "
           f"cold up {cold_up:.1f} s down {cold_down:.1f} s ({len(cold_failures)} failed)")
     assert cold_failures == []
     assert cold_runs == [], f"{len(cold_runs)} plugin execs ran cold (type, command): {cold_runs[:20]}"
