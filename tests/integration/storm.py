@@ -41,11 +41,12 @@ def all_at_once(runtime: Runtime, atts: list[Attachment], op: Callable[[Attachme
 
 
 def metric(text: str, name: str) -> float:
-    """The value of an unlabelled series (0 when absent)."""
+    """The value of an unlabelled series; a series the agent did not export is an error, never 0
+    (a "the queue drained" check would pass on a scrape that lacks the gauge)."""
     for line in text.splitlines():
         if line.startswith(name + " "):
             return float(line.split()[1])
-    return 0.0
+    raise AssertionError(f"no series {name!r} in the agent's metrics")
 
 
 def series(text: str, prefix: str) -> list[str]:
