@@ -24,12 +24,17 @@ if TYPE_CHECKING:  # annotations only: typing costs milliseconds per exec
     from typing import Optional
 
 
+def default_temp_prefix(path: str) -> str:
+    """The start of every default temporary name for ``path`` (``.<name>.tmp-``): what a caller
+    sweeping the siblings a killed writer left looks for."""
+    return f".{os.path.basename(path)}.tmp-"
+
+
 def temp_sibling(path: str, prefix: Optional[str] = None) -> str:
-    """A fresh temporary name next to ``path``: ``prefix`` (default ``.<name>.tmp-``), then the
-    process ID and 8 random hex digits."""
-    directory, name = os.path.split(path)
-    head = f".{name}.tmp-" if prefix is None else prefix
-    return os.path.join(directory, f"{head}{os.getpid()}-{os.urandom(4).hex()}")
+    """A fresh temporary name next to ``path``: ``prefix`` (default :func:`default_temp_prefix`),
+    then the process ID and 8 random hex digits."""
+    head = default_temp_prefix(path) if prefix is None else prefix
+    return os.path.join(os.path.dirname(path), f"{head}{os.getpid()}-{os.urandom(4).hex()}")
 
 
 def write_new(path: str, data: bytes, mode: int = 0o600, durable: bool = False) -> None:

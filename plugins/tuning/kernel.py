@@ -143,7 +143,18 @@ def save_backup(path: str, data: dict) -> None:
 
 
 def remove_backup(path: str) -> None:
+    """The backup, and any temp sibling an ADD killed mid-write left next to it (atomic's
+    ``.<name>.tmp-<pid>-<random>``): DEL is the last time anything looks at this container's
+    backup, so what it does not take stays on the node for good."""
     _unlink(path)
+    directory = os.path.dirname(path)
+    head = atomic.default_temp_prefix(path)
+    try:
+        leftovers = [n for n in os.listdir(directory or ".") if n.startswith(head)]
+    except FileNotFoundError:
+        return
+    for leftover in leftovers:
+        _unlink(os.path.join(directory, leftover))
 
 
 def _unlink(path: str) -> None:

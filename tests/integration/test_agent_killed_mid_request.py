@@ -86,21 +86,26 @@ class Killer:
         try:
             # Early in the phase, while its requests are still running (asserted by the caller).
             kill_agent_at = self.rng.randint(1, 2)
+            idle_kill_at = time.monotonic() + self.rng.uniform(0.05, 0.3)
             while not self.stop.is_set() and self.kills < MAX_KILLS:
-                time.sleep(self.rng.uniform(0.05, 0.3))
+                # Polled often: a DEL's worker is busy for milliseconds, and it is the busy ones
+                # this test is about (an idle one now and then too, as the OOM killer picks).
+                time.sleep(self.rng.uniform(0.005, 0.03))
                 if self.kills >= kill_agent_at and not self.agent_killed:
                     self.restart_agent()
                     continue
                 workers = _children(self.agent.pid)
-                if workers:
-                    # A busy worker when one is seen (the kill this test is about), else any.
-                    victim = self.rng.choice(_busy(self.agent.pid, workers) or workers)
-                    try:
-                        os.kill(victim, signal.SIGKILL)
-                        self.kills += 1
-                        self.killed_pids.append(victim)
-                    except ProcessLookupError:
-                        pass
+                busy = _busy(self.agent.pid, workers)
+                if not busy and (not workers or time.monotonic() < idle_kill_at):
+                    continue
+                idle_kill_at = time.monotonic() + self.rng.uniform(0.05, 0.3)
+                victim = self.rng.choice(busy or workers)
+                try:
+                    os.kill(victim, signal.SIGKILL)
+                    self.kills += 1
+                    self.killed_pids.append(victim)
+                except ProcessLookupError:
+                    pass
         except BaseException as exc:  # noqa: BLE001 - reported by the test's thread
             self.error = exc
 
@@ -135,11 +140,11 @@ def test_no_failed_pod_and_nothing_left(lab, setup):
     runtime = Runtime([setup.warm], lab.path("cache", "x").rsplit("/", 1)[0], node_netns=lab.node)
     args = ("--reconcile", "off", "--pool", "2")
     failed, adds = _phase(setup, args, lambda: all_at_once(runtime, atts, lambda att: runtime.add(conf, att)))
-    assert failed == {}
+    assert failed == {}, failed
     for att in atts:
         lab.run(att.netns, "ping", "-c1", "-W2", "10.22.0.1")
     failed, dels = _phase(setup, args, lambda: all_at_once(runtime, atts, lambda att: runtime.delete(conf, att)))
-    assert failed == {}
+    assert failed == {}, failed
     assert leftovers(footprint(lab)) == {}
     with open(setup.sock + ".log") as fh:
         log = fh.read()

@@ -63,3 +63,8 @@ def test_fsync_dir_needs_a_directory(tmp_path):
     (tmp_path / "f").write_bytes(b"")
     with pytest.raises(NotADirectoryError):
         atomic.fsync_dir(str(tmp_path / "f"))
+
+
+def test_a_killed_writers_temp_sibling_starts_with_the_default_prefix(tmp_path):
+    path = str(tmp_path / "ctr_eth0.json")
+    assert os.path.basename(atomic.temp_sibling(path)).startswith(atomic.default_temp_prefix(path))
