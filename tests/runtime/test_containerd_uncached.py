@@ -4,8 +4,9 @@ A real containerd node runs one live pod (hostPort, shaping).  Next to it, an at
 same network is set up through the chain (bridge with ipMasq, host-local, portmap, bandwidth) for
 a container containerd never knew, into a cache directory that is then wiped, and its namespace is
 removed: what a pod leaves when the node loses its cache (power loss, containernetworking/cni#1149,
-an image that wipes /var/lib/cni at boot) -- a reservation, portmap chains and map elements, an IFB
-and a masquerade rule that no cache entry names and that belong to no sandbox CRI lists.
+an image that wipes /var/lib/cni at boot) -- a reservation, portmap chains and map elements and a
+masquerade rule (and an IFB in a layout that makes one) that no cache entry names and that belong
+to no sandbox CRI lists.  Each kind must be there before the collection, by name.
 
 ``cnichain gc`` shows it; a reconciler whose CRI answers with a cut stream collects nothing (it
 cannot tell); one asking containerd collects it after the grace period, each kind through its
@@ -58,14 +59,40 @@ def lost_pod(cri_node: CriNode) -> None:
     node.node_run("ip", "netns", "del", ns)
 
 
-def lost_state(cri_node: CriNode) -> list[str]:
-    run = cri_node.node.node_run
-    found = [f for f in leftovers.ifbs(run) if ifb_name(NETWORK, LOST) in f]
-    found += [r for r in leftovers.ipam_reservations(run) if LOST in run("cat", r, check=False).stdout]
-    chain = portmap_names.dnat_chain(portmap_names.owner_id(NETWORK, LOST))
-    found += [c for c in leftovers.portmap_entries(run) if chain in c]
-    found += [m for m in masquerade_leftovers(cri_node) if LOST in m]
+# What a lost attachment of this chain leaves, each kind on its own (the default layout makes no
+# IFB, so that kind may be absent): each must be there, or collecting "everything" proves little.
+REQUIRED_KINDS = ("reservation", "chain", "map element", "masquerade rule")
+
+
+def lost_map_elements(cri_node: CriNode, chains: tuple[str, ...]) -> list[str]:
+    """Elements of our portmap verdict maps that jump to one of ``chains``."""
+    family, table = leftovers.PORTMAP_TABLE
+    out = cri_node.node.node_run("nft", "-j", "list", "table", family, table, check=False)
+    if out.returncode != 0:
+        return []
+    found = []
+    for item in json.loads(out.stdout).get("nftables", []):
+        nft_map = item.get("map") or {}
+        for elem in nft_map.get("elem", []):
+            text = json.dumps(elem)
+            if any(f'"{chain}"' in text for chain in chains):
+                found.append(f"map {nft_map['name']}: {text}")
     return found
+
+
+def lost_state(cri_node: CriNode) -> dict[str, list[str]]:
+    """The lost attachment's leftovers by kind (a kind with none is left out)."""
+    run = cri_node.node.node_run
+    owner = portmap_names.owner_id(NETWORK, LOST)
+    chains = (portmap_names.dnat_chain(owner), portmap_names.masq_chain(owner))
+    kinds = {
+        "ifb": [f for f in leftovers.ifbs(run) if ifb_name(NETWORK, LOST) in f],
+        "reservation": [r for r in leftovers.ipam_reservations(run) if LOST in run("cat", r, check=False).stdout],
+        "chain": [c for c in leftovers.portmap_entries(run) if c.startswith("chain ") and c.split()[1] in chains],
+        "map element": lost_map_elements(cri_node, chains),
+        "masquerade rule": [m for m in masquerade_leftovers(cri_node) if LOST in m],
+    }
+    return {kind: found for kind, found in kinds.items() if found}
 
 
 class CutStream:
@@ -104,7 +131,8 @@ def test_state_no_cache_entry_names_is_collected_only_when_containerd_does_not_l
     live = web_pod(cri_node, "live", 18301)
     lost_pod(cri_node)
     held = lost_state(cri_node)
-    assert len(held) >= 3, held  # reservation, portmap chain, masquerade rule (the default layout makes no IFB)
+    missing = [kind for kind in REQUIRED_KINDS if kind not in held]
+    assert not missing, f"the lost attachment left no {missing}: {held}"
     plan = node.node_run(*cnichain_cli(), "gc", "--runtime-endpoint", cri_node.containerd.socket).stdout
     assert f"would collect {NETWORK}/{LOST}" in plan and live.id not in plan.split("would collect")[-1]
     # A runtime that cannot answer: nothing is collected, however long past the grace period.
@@ -121,7 +149,7 @@ def test_state_no_cache_entry_names_is_collected_only_when_containerd_does_not_l
     finally:
         cut.close()
     with agent(cri_node, "--sweep-interval", "0.5", "--grace", "2") as running:
-        wait_for("the lost pod's state to be collected", lambda: lost_state(cri_node) == [], 60)
+        wait_for("the lost pod's state to be collected", lambda: lost_state(cri_node) == {}, 60)
         wait_for("the collection to be counted",
                  lambda: metric(running.metrics(), "cnichain_agent_reconcile_uncached_collected_total") == "1")
         assert metric(running.metrics(), "cnichain_agent_reconcile_uncached_found_total") == "1"
