@@ -13,6 +13,7 @@ namespaces, the programs only on links these tests made.
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import os
 import subprocess
@@ -274,15 +275,32 @@ def test_add_again_over_a_killed_adds_host_tbf_builds_the_split_layout(lab, make
 # -- primaries without a host veth ----------------------------------------------------------------------
 
 def _kernel_refuses(kind: str) -> str:
-    """Why this kernel cannot make a link of ``kind`` ("" when it can), probed in a throwaway namespace."""
-    name = f"cnit-probe-{os.getpid()}"
+    """Why this kernel cannot make a link of ``kind`` ("" when it can), probed in a throwaway namespace.
+
+    Only the kernel's own answer for a link kind it does not know (RTM_NEWLINK refused with
+    EOPNOTSUPP, "Unknown device type" when it says why) counts as a refusal; any other failure of
+    the probe is raised, so a broken probe fails the test instead of skipping it."""
+    import uuid
+
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    from cnichain.common import netns
+
+    name = f"cnit-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
     try:
         subprocess.run(["ip", "-n", name, "link", "add", "pv0", "type", "veth", "peer", "name", "pv1"], check=True,
                        capture_output=True)
-        proc = subprocess.run(["ip", "-n", name, "link", "add", "link", "pv0", "name", "probe0", "type", kind],
-                              capture_output=True, text=True)
-        return "" if proc.returncode == 0 else (proc.stderr.strip() or f"exit {proc.returncode}")
+        with netns.entered(f"/run/netns/{name}"), IPRoute() as ipr:
+            parent = ipr.link_lookup(ifname="pv0")[0]
+            try:
+                ipr.link("add", ifname="probe0", kind=kind, link=parent)
+            except NetlinkError as exc:
+                if exc.code != errno.EOPNOTSUPP:
+                    raise
+                return f"RTM_NEWLINK of kind {kind} refused with EOPNOTSUPP {exc}"
+        return ""
     finally:
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
@@ -369,22 +387,43 @@ def _bpf(cmd: int, attr: bytes) -> int:
     return fd
 
 
+class TcxRefused(Exception):
+    """The kernel's own refusal of a tcx link: BPF_LINK_CREATE with a tcx attach type it does not
+    know fails with EINVAL (kernels before 6.6)."""
+
+
 def tcx_attach(lab, dev: str, obj: str) -> tuple[list[int], dict]:
     """Both tcx hooks of ``dev`` get the program, as Cilium >= 1.16 and Calico >= 3.31 attach (bpf
     links, no qdisc): loaded by tc, its ids taken, tc's attachment removed, then BPF_LINK_CREATE.
-    Returns the fds holding programs and links (closing them detaches) and the program ids."""
+    Returns the fds holding programs and links (closing them detaches) and the program ids.
+
+    Raises :class:`TcxRefused` only for the kernel's refusal of the attach type; any other error
+    (of bpf(2) or of tc) propagates as itself.  On any error the fds opened so far are closed."""
     import struct
 
     from cnichain.common import netns
 
     attach(lab, dev, obj)
     progs = program_ids(lab, dev)
-    fds = [_bpf(BPF_PROG_GET_FD_BY_ID, struct.pack("=III", progs[hook], 0, 0)) for hook in ("ingress", "egress")]
-    lab.run(lab.node, "tc", "qdisc", "del", "dev", dev, "clsact")
-    index = json.loads(lab.run(lab.node, "ip", "-j", "link", "show", dev).stdout)[0]["ifindex"]
-    with netns.entered(lab.node):  # the ifindex is the node namespace's
-        for fd, hook in zip(list(fds), ("ingress", "egress")):
-            fds.append(_bpf(BPF_LINK_CREATE, struct.pack("=IIII", fd, index, BPF_TCX[hook], 0)))
+    fds: list[int] = []
+    try:
+        for hook in ("ingress", "egress"):
+            fds.append(_bpf(BPF_PROG_GET_FD_BY_ID, struct.pack("=III", progs[hook], 0, 0)))
+        lab.run(lab.node, "tc", "qdisc", "del", "dev", dev, "clsact")
+        index = json.loads(lab.run(lab.node, "ip", "-j", "link", "show", dev).stdout)[0]["ifindex"]
+        with netns.entered(lab.node):  # the ifindex is the node namespace's
+            for fd, hook in zip(list(fds), ("ingress", "egress")):
+                try:
+                    fds.append(_bpf(BPF_LINK_CREATE, struct.pack("=IIII", fd, index, BPF_TCX[hook], 0)))
+                except OSError as exc:
+                    if exc.errno != errno.EINVAL:
+                        raise
+                    raise TcxRefused(f"BPF_LINK_CREATE with attach type {BPF_TCX[hook]} (tcx {hook}): "
+                                     f"EINVAL ({exc.strerror})") from None
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
     return fds, progs
 
 
@@ -395,7 +434,7 @@ def test_tcx_programs_before_add(lab, make_runtime, plugin_dir, reference_dir, b
     veth, pod_ip = host_veth(prev), prev["ips"][0]["address"].split("/")[0]
     try:
         fds, progs = tcx_attach(lab, veth, bpf_object)
-    except OSError as exc:
+    except TcxRefused as exc:
         pytest.skip(f"this kernel refuses tcx links: {exc}")  # tcx is 6.6+
     try:
         assert qdisc_kinds(lab, lab.node, veth) == ["noqueue"]  # nothing for tc to show
