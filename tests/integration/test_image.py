@@ -47,19 +47,32 @@ def built(tmp_path_factory, bundle):
         shutil.rmtree(storage, ignore_errors=True)
 
 
-def skip_if_no_container_runs(podman: list[str], ours: str) -> None:
+def control_podman(storage: str) -> list[str]:
+    """podman for the control container, spelled here rather than taken from ``image.podman_argv``:
+    a fault in the product's podman options must fail our container, not the control as well
+    (which would turn that fault into a skip).  Its own storage, never the machine's."""
+    return ["podman", "--root", f"{storage}/root", "--runroot", f"{storage}/run", "--tmpdir", f"{storage}/tmp",
+            "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--events-backend", "file"]
+
+
+def skip_if_no_container_runs(ours: str) -> None:
     """Our container failed (podman's text, ``ours``, is the same for a machine without usable
-    cgroups and for an entrypoint that cannot run): skip only when a busybox image built here
-    fails as well, which proves the machine runs no container; otherwise return, and the caller's
-    assertion fails with podman's words."""
+    cgroups and for an entrypoint that cannot run): skip only when a busybox image built here,
+    run by a podman of the test's own options and storage, fails as well, which proves the machine
+    runs no container; otherwise return, and the caller's assertion fails with podman's words."""
     import tempfile
 
-    with tempfile.TemporaryDirectory(prefix="cnimg-bb-") as tmp:
-        archive = os.path.join(tmp, "busybox.tar")
+    storage = tempfile.mkdtemp(prefix="cnimg-bb-")  # short: podman refuses a runroot over 50 characters
+    podman = control_podman(storage)
+    try:
+        archive = os.path.join(storage, "busybox.tar")
         ocimage.write_archive(archive)
         subprocess.run([*podman, "load", "-i", archive], capture_output=True, timeout=300, check=True)
-    control = subprocess.run([*podman, "run", "--rm", *RUN_OPTS, ocimage.IMAGE_NAME, "/bin/true"],
-                             capture_output=True, text=True, timeout=300)
+        control = subprocess.run([*podman, "run", "--rm", *RUN_OPTS, ocimage.IMAGE_NAME, "/bin/true"],
+                                 capture_output=True, text=True, timeout=300)
+    finally:
+        subprocess.run([*podman, "system", "reset", "--force"], capture_output=True, timeout=120)
+        shutil.rmtree(storage, ignore_errors=True)
     if control.returncode != 0:
         pytest.skip(f"podman runs no container on this machine (a busybox image fails too): "
                     f"{control.stderr.strip()[-300:]}")
@@ -78,7 +91,7 @@ def test_image_runs_cnichain_version(built):
     out = subprocess.run([*podman, "run", "--rm", *RUN_OPTS, report.tag, "version", "--verbose"],
                          capture_output=True, text=True, timeout=300)
     if out.returncode != 0:
-        skip_if_no_container_runs(podman, out.stderr)
+        skip_if_no_container_runs(out.stderr)
     assert out.returncode == 0, out.stderr
     assert report.tree_id in out.stdout and "libnftables1" in out.stdout
 
@@ -110,7 +123,7 @@ def _install_and_run(report, podman, host) -> None:
     out = subprocess.run([*podman, "run", "--rm", *RUN_OPTS, "-v", f"{host}:/host", report.tag,
                           "node", "install", "--host-root", "/host"], capture_output=True, text=True, timeout=300)
     if out.returncode != 0:
-        skip_if_no_container_runs(podman, out.stderr)
+        skip_if_no_container_runs(out.stderr)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("verified ") == 6
     assert os.readlink(host / "opt/cni/cnichain/current") == f"versions/{report.tree_id}"
