@@ -4,11 +4,12 @@ leaves nothing.
 This is what the shims do when a warm worker dies mid-request (the kernel's OOM killer, an
 operator): the agent closes the connection and the shim runs the very same request cold
 (docs/agent.md).  Here each chained plugin's ADD is SIGKILLed -- its process group, so bridge's
-delegated host-local dies with it, and in the warm pass the agent's workers serving it (stopped
-first, so none can finish: the retry follows a dead worker) -- at several points of its work, and
-the stand-in then execs the real plugin with the same stdin and environment, as the shim does.
-Each point is recorded: how the plugin ended (by SIGKILL, or done before the kill), which busy
-workers died, and what it had made in the kernel by then.  The runtime must see the chain's ADD
+delegated host-local dies with it, and in the warm pass the agent's worker serving it (the one
+holding the peer of the shim's connection, stopped first so it cannot finish: the retry follows a
+dead worker) -- at several points of its work, and the stand-in then execs the real plugin with
+the same stdin and environment, as the shim does.  Each point is recorded: how the plugin ended
+(by SIGKILL, or done before the kill), which worker died, and what it had made in the kernel by
+then.  The runtime must see the chain's ADD
 succeed (bridge finds its own half-made veth pair and IPAM reservation, bandwidth its own qdiscs
 and IFB, portmap and tuning their own state), the pod must answer a ping through the bridge, and
 its DEL must leave nothing behind.  A veth in the pod that is not ours still fails bridge's ADD
@@ -36,9 +37,9 @@ FRACTIONS = dict(KILL_FRACTIONS, **{"host-local": (0.0, 0.1, 0.2, 0.3)})
 
 # The stand-in for one plugin's first ADD of a container (other execs run the real one): the real
 # plugin in its own process group, killed after $KILL_AFTER seconds unless it is done by then; in
-# the warm pass ($AGENT_SOCKET set) the agent's workers inside this namespace (the ones serving
-# this request) are stopped before the shim dies and killed after it, so no shim runs the request
-# cold.  One JSON line per kill goes to $KILL_RECORD; then the real plugin runs again with the same
+# the warm pass ($AGENT_SOCKET set) the kill waits for the agent's worker serving this request
+# (the one in this namespace holding the peer of the shim's connection), stops it, kills the shim
+# and then the worker, so no shim runs the request cold.  One JSON line per kill goes to $KILL_RECORD; then the real plugin runs again with the same
 # stdin, as the shim's cold fallback does after a worker died.
 RECORDED_KILL = """#!{python}
 import json, os, signal, subprocess, sys, time
@@ -65,8 +66,8 @@ def state():
     elems = [f"map {{m['map']['name']}}: {{json.dumps(e)}}" for m in nft if "map" in m for e in m["map"].get("elem", [])]
     return sorted(links + qdiscs + rules + elems)
 
-def workers():
-    sock, here = os.environ.get("AGENT_SOCKET", ""), os.stat("/proc/self/ns/net").st_ino
+def agent_workers():
+    sock = os.environ.get("AGENT_SOCKET", "")
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc") if sock else []):
         try:
@@ -74,18 +75,44 @@ def workers():
                 if sock.encode() not in fh.read().split(b"\\0"):
                     continue
             with open(f"/proc/{{pid}}/task/{{pid}}/children") as fh:
-                children = [int(c) for c in fh.read().split()]
+                found += [int(c) for c in fh.read().split()]
         except OSError:
-            continue
-        for child in children:
-            try:
-                if os.stat(f"/proc/{{child}}/ns/net").st_ino == here:
-                    found.append(child)
-            except OSError:
-                pass
+            pass
     return found
 
+def sockets(pid):
+    found = set()
+    for fd in os.listdir(f"/proc/{{pid}}/fd"):
+        try:
+            link = os.readlink(f"/proc/{{pid}}/fd/{{fd}}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            found.add(link[8:-1])
+    return found
+
+def serving(shim, workers):
+    # The worker holding the peer of the shim's connection (listed here, in the shim's namespace).
+    try:
+        mine = sockets(shim)
+    except OSError:
+        return None
+    peers = set()
+    for line in out("ss", "-x", "-a", "-H").splitlines():
+        cols = line.split()
+        if len(cols) >= 8 and cols[5] in mine:
+            peers.add(cols[7])
+    for pid in workers:
+        try:
+            if sockets(pid) & peers:
+                return pid
+        except OSError:
+            pass
+    return None
+
 before = state()
+workers = agent_workers()
+here = os.stat("/proc/self/ns/net").st_ino
 data = sys.stdin.buffer.read()
 p = subprocess.Popen([real], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                      start_new_session=True)
@@ -95,31 +122,40 @@ try:
     p.wait(timeout=float(os.environ["KILL_AFTER"]))
 except subprocess.TimeoutExpired:
     pass
-busy = []
-if p.poll() is None:
-    for pid in workers():
+victim = None
+for _ in range(20000 if workers else 0):  # warm: catch the worker while it serves this request (bounded)
+    if p.poll() is not None:
+        break
+    away = []
+    for pid in workers:
+        if pid in (os.getpid(), os.getppid()):  # a delegate's stand-in may itself be an agent's child
+            continue
         try:
-            os.kill(pid, signal.SIGSTOP)
-            busy.append(pid)
-        except ProcessLookupError:
+            if os.stat(f"/proc/{{pid}}/ns/net").st_ino == here:
+                os.kill(pid, signal.SIGSTOP)
+                away.append(pid)
+        except (OSError, ProcessLookupError):
             pass
+    if away:
+        victim = serving(p.pid, away)
+        for pid in away:
+            if pid != victim:
+                os.kill(pid, signal.SIGCONT)
+        if victim:
+            break
 try:
     os.killpg(p.pid, signal.SIGKILL)
 except ProcessLookupError:
     pass
-for pid in busy:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-status = p.wait()
 dead = []
-for pid in busy:
+if victim:
+    os.kill(victim, signal.SIGKILL)
     for _ in range(400):
-        if not os.path.exists(f"/proc/{{pid}}/stat") or open(f"/proc/{{pid}}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
-            dead.append(pid)
+        if not os.path.exists(f"/proc/{{victim}}/stat") or open(f"/proc/{{victim}}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+            dead.append(victim)
             break
         time.sleep(0.005)
+status = p.wait()
 made = sorted(set(state()) - set(before))
 with open(os.environ["KILL_RECORD"], "a") as fh:
     fh.write(json.dumps({{"after": float(os.environ["KILL_AFTER"]), "exit": status, "workers_killed": dead,
