@@ -4,33 +4,187 @@ leaves nothing.
 This is what the shims do when a warm worker dies mid-request (the kernel's OOM killer, an
 operator): the agent closes the connection and the shim runs the very same request cold
 (docs/agent.md).  Here each chained plugin's ADD is SIGKILLed -- its process group, so bridge's
-delegated host-local dies with it -- at several points of its work, and the stand-in then execs the
-real plugin with the same stdin and environment, as the shim does.  The runtime must see the chain's
-ADD succeed (bridge finds its own half-made veth pair and IPAM reservation, bandwidth its own
-qdiscs and IFB, portmap and tuning their own state), the pod must answer a ping through the
-bridge, and its DEL must leave nothing behind.  A veth in the pod that is not ours still fails
-bridge's ADD (tests/integration/test_bridge.py, test_interface_name_taken_leaves_nothing).
+delegated host-local dies with it, and in the warm pass the agent's worker serving it (the one
+holding the peer of the shim's connection, stopped first so it cannot finish: the retry follows a
+dead worker) -- at several points of its work, and the stand-in then execs the real plugin with
+the same stdin and environment, as the shim does.  Each point is recorded: how the plugin ended
+(by SIGKILL, or done before the kill), which worker died, and what it had made in the kernel by
+then.  The runtime must see the chain's ADD
+succeed (bridge finds its own half-made veth pair and IPAM reservation, bandwidth its own qdiscs
+and IFB, portmap and tuning their own state), the pod must answer a ping through the bridge, and
+its DEL must leave nothing behind.  A veth in the pod that is not ours still fails bridge's ADD
+(tests/integration/test_bridge.py, test_interface_name_taken_leaves_nothing).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import sys
+
 import pytest
 
 from cnichain.podstate.runtime import Attachment
-from tests.integration.test_containerd_del_shapes import (CNI_ARGS, KILL_FRACTIONS, THEN_RETRY, add_seconds,
-                                                          assert_clean, chain, conflist, containerd_caps,
-                                                          killed_add_dir, remove_sandbox_del)
+from tests.integration.test_containerd_del_shapes import (CNI_ARGS, KILL_FRACTIONS, add_seconds, assert_clean, chain,
+                                                          conflist, containerd_caps, remove_sandbox_del)
 
 pytestmark = pytest.mark.integration
 
-@pytest.mark.parametrize("plugin", sorted(KILL_FRACTIONS))
-def test_add_again_after_a_kill_succeeds_and_del_cleans(lab, make_runtime, plugin_dir, plugin):
+# host-local's points are fractions of bridge's ADD time (its delegate is not timed on its own);
+# the shared ones (0.3 of bridge's time and later) found it done every time, so it gets earlier ones.
+FRACTIONS = dict(KILL_FRACTIONS, **{"host-local": (0.0, 0.1, 0.2, 0.3)})
+
+# The stand-in for one plugin's first ADD of a container (other execs run the real one): the real
+# plugin in its own process group, killed after $KILL_AFTER seconds unless it is done by then; in
+# the warm pass ($AGENT_SOCKET set) the kill waits for the agent's worker serving this request
+# (the one in this namespace holding the peer of the shim's connection), stops it, kills the shim
+# and then the worker, so no shim runs the request cold.  One JSON line per kill goes to $KILL_RECORD; then the real plugin runs again with the same
+# stdin, as the shim's cold fallback does after a worker died.
+RECORDED_KILL = """#!{python}
+import json, os, signal, subprocess, sys, time
+real = os.path.join({real!r}, os.path.basename(sys.argv[0]))
+mark = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "killed-" + os.environ.get("CNI_CONTAINERID", ""))
+if os.environ.get("CNI_COMMAND") != "ADD" or os.path.exists(mark):
+    os.execv(real, [real])
+open(mark, "w").close()
+
+def out(*argv):
+    return subprocess.run(argv, capture_output=True, text=True).stdout or "[]"
+
+def state():
+    links = [f"{{(l.get('linkinfo') or {{}}).get('info_kind')}} {{l['ifname']}}"
+             for l in json.loads(out("ip", "-j", "-d", "link", "show"))
+             if (l.get("linkinfo") or {{}}).get("info_kind") in ("veth", "ifb", "bridge")]
+    pod = os.environ.get("CNI_NETNS", "")
+    links += ["pod " + l["ifname"] for l in json.loads(out("nsenter", "--net=" + pod, "ip", "-j", "link", "show"))
+              if l["ifname"] != "lo"] if pod else []
+    qdiscs = [f"{{q['kind']}} on {{q.get('dev')}}" for q in json.loads(out("tc", "-j", "qdisc", "show"))
+              if q.get("kind") in ("tbf", "ingress", "clsact")]
+    nft = json.loads(out("nft", "-j", "list", "ruleset") or "{{}}").get("nftables", [])
+    rules = [f"rule {{r['rule']['table']}}/{{r['rule']['chain']}} #{{r['rule'].get('handle')}}" for r in nft if "rule" in r]
+    elems = [f"map {{m['map']['name']}}: {{json.dumps(e)}}" for m in nft if "map" in m for e in m["map"].get("elem", [])]
+    return sorted(links + qdiscs + rules + elems)
+
+def agent_workers():
+    sock = os.environ.get("AGENT_SOCKET", "")
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc") if sock else []):
+        try:
+            with open(f"/proc/{{pid}}/cmdline", "rb") as fh:
+                if sock.encode() not in fh.read().split(b"\\0"):
+                    continue
+            with open(f"/proc/{{pid}}/task/{{pid}}/children") as fh:
+                found += [int(c) for c in fh.read().split()]
+        except OSError:
+            pass
+    return found
+
+def sockets(pid):
+    found = set()
+    for fd in os.listdir(f"/proc/{{pid}}/fd"):
+        try:
+            link = os.readlink(f"/proc/{{pid}}/fd/{{fd}}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            found.add(link[8:-1])
+    return found
+
+def serving(shim, workers):
+    # The worker holding the peer of the shim's connection (listed here, in the shim's namespace).
+    try:
+        mine = sockets(shim)
+    except OSError:
+        return None
+    peers = set()
+    for line in out("ss", "-x", "-a", "-H").splitlines():
+        cols = line.split()
+        if len(cols) >= 8 and cols[5] in mine:
+            peers.add(cols[7])
+    for pid in workers:
+        try:
+            if sockets(pid) & peers:
+                return pid
+        except OSError:
+            pass
+    return None
+
+before = state()
+workers = agent_workers()
+here = os.stat("/proc/self/ns/net").st_ino
+data = sys.stdin.buffer.read()
+p = subprocess.Popen([real], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True)
+p.stdin.write(data)
+p.stdin.close()
+try:
+    p.wait(timeout=float(os.environ["KILL_AFTER"]))
+except subprocess.TimeoutExpired:
+    pass
+victim = None
+for _ in range(20000 if workers else 0):  # warm: catch the worker while it serves this request (bounded)
+    if p.poll() is not None:
+        break
+    away = []
+    for pid in workers:
+        if pid in (os.getpid(), os.getppid()):  # a delegate's stand-in may itself be an agent's child
+            continue
+        try:
+            if os.stat(f"/proc/{{pid}}/ns/net").st_ino == here:
+                os.kill(pid, signal.SIGSTOP)
+                away.append(pid)
+        except (OSError, ProcessLookupError):
+            pass
+    if away:
+        victim = serving(p.pid, away)
+        for pid in away:
+            if pid != victim:
+                os.kill(pid, signal.SIGCONT)
+        if victim:
+            break
+try:
+    os.killpg(p.pid, signal.SIGKILL)
+except ProcessLookupError:
+    pass
+dead = []
+if victim:
+    os.kill(victim, signal.SIGKILL)
+    for _ in range(400):
+        if not os.path.exists(f"/proc/{{victim}}/stat") or open(f"/proc/{{victim}}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+            dead.append(victim)
+            break
+        time.sleep(0.005)
+status = p.wait()
+made = sorted(set(state()) - set(before))
+with open(os.environ["KILL_RECORD"], "a") as fh:
+    fh.write(json.dumps({{"after": float(os.environ["KILL_AFTER"]), "exit": status, "workers_killed": dead,
+                         "made": made}}) + "\\n")
+sys.exit(subprocess.run([real], input=data).returncode)
+"""
+
+
+def recorded_kill_dir(lab, plugin_dir: str, plugin: str) -> str:
+    """A folder holding ``plugin`` as the :data:`RECORDED_KILL` stand-in for the one in ``plugin_dir``."""
+    folder = lab.path("killed-add", "x").rsplit("/", 1)[0]
+    path = os.path.join(folder, plugin)
+    with open(path, "w") as fh:
+        fh.write(RECORDED_KILL.format(python=sys.executable, real=plugin_dir))
+    os.chmod(path, 0o755)
+    return folder
+
+
+@pytest.mark.parametrize("plugin", sorted(FRACTIONS))
+def test_add_again_after_a_kill_succeeds_and_del_cleans(lab, make_runtime, plugin_dir, agent_socket, plugin):
     conf = conflist(lab, chain("1.1.0"))
     took = add_seconds(make_runtime(), conf, lab, "bridge" if plugin == "host-local" else plugin)
     assert_clean(lab)
-    runtime = make_runtime([killed_add_dir(lab, plugin_dir, plugin, THEN_RETRY, once=True), plugin_dir])
+    runtime = make_runtime([recorded_kill_dir(lab, plugin_dir, plugin), plugin_dir])
+    record = lab.path("kills.jsonl")
+    runtime.extra_env.update(KILL_RECORD=record, AGENT_SOCKET=agent_socket)
     caps = containerd_caps()
-    for n, after in enumerate([f * took for f in KILL_FRACTIONS[plugin]] + [3.0]):
+    points = [f * took for f in FRACTIONS[plugin]] + [3.0]
+    for n, after in enumerate(points):
         cid = f"ctrd-r{n}"
         pod = lab.netns(f"r{n}")
         runtime.extra_env["KILL_AFTER"] = str(after)
@@ -43,3 +197,17 @@ def test_add_again_after_a_kill_succeeds_and_del_cleans(lab, make_runtime, plugi
         lab.delete_netns(pod)
         remove_sandbox_del(runtime, conf, cid, caps)
         assert_clean(lab)
+    with open(record) as fh:
+        kills = [json.loads(line) for line in fh]
+    for kill in kills:
+        print(f"{plugin} killed after {kill['after']:.3f}s: exit {kill['exit']}, workers {kill['workers_killed']}, "
+              f"made {kill['made']}")
+    assert len(kills) == len(points), kills  # each point's first ADD went through the stand-in
+    interrupted = [k for k in kills if k["exit"] == -signal.SIGKILL]
+    # The kills interrupted the plugin (it died of SIGKILL, with what it had made by then
+    # recorded), at least once per plugin; the last point (3 s) is the control, a plugin done
+    # before the kill.
+    assert interrupted, kills
+    assert kills[-1]["exit"] == 0 and kills[-1]["workers_killed"] == [], kills[-1]
+    if agent_socket:  # warm: the retry followed a worker that died serving the request
+        assert any(k["workers_killed"] for k in interrupted), kills
