@@ -145,7 +145,7 @@ CRIO = (2**32 - 1) * 8 - 1  # bits: CRI-O's
 
 def test_explicit_burst_within_the_bound_is_honoured():
     # 1 Mbit/s with a 1 Mbit burst (exactly the 1 s bound): 125000 B/s, 1 s of refill.  The queue:
-    # 15 ms at the rate is 1875 B, under three frames; the bucket lets a whole TSO packet through, so
+    # 15 ms at the rate is 1875 B, under six frames; the bucket lets a whole TSO packet through, so
     # the queue holds one.
     p = tbf.tbf(Shape(1_000_000, 1_000_000), TICK, "ingress")
     assert p == tbf.TbfParams(rate=125_000, buffer=15_625_000, limit=tbf.TSO_PACKET)
@@ -155,7 +155,7 @@ def test_explicit_burst_within_the_bound_is_honoured():
 def test_plan_of_the_readme_example():
     # 123 bit/s, 456 bit burst -> 15 B/s, 57 B: 3.8 s of refill (over the 1 s bound: derived).
     p = tbf.tbf(Shape(123, 456), TICK, "egress")
-    assert p.rate == 15 and p.limit == 3 * 1518
+    assert p.rate == 15 and p.limit == 6 * 1518
     assert tbf.burst_bytes(p, TICK) == 2 * 1518
 
 
@@ -185,7 +185,7 @@ def test_burst_the_kernel_cannot_represent_means_none_given():
 
 
 @pytest.mark.parametrize("rate, limit", [
-    (1_000_000, 3 * 1518),  # 15 ms would be 1875 B: three frames
+    (1_000_000, 6 * 1518),  # 15 ms would be 1875 B: six frames
     (10_000_000, 18_750),  # 15 ms at the rate
     (100_000_000, 187_500),
     (10_000_000_000, 18_750_000),
