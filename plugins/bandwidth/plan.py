@@ -1,16 +1,28 @@
 """Token-bucket numbers: from a configured rate and burst to the kernel's TBF parameters.
 
-The reference turns bits into bytes (integer division by 8), expresses the burst as the time the
-bucket needs to refill (``buffer``, in psched ticks from /proc/net/psched) and sizes the queue for
-a fixed 25 ms of backlog on top of the burst (``limit``).  The arithmetic below follows the same
-float64 steps so the kernel ends up with bit-identical parameters, which is what lets CHECK accept
-qdiscs the reference created and vice versa.
+What a pod asked for is a rate.  Container runtimes cannot pass a burst (the kubelet has none), so
+they send a sentinel: containerd 2^32-1 bits (512 MiB), CRI-O (2^32-1)*8-1 bits (4 GiB).  Taken
+literally, as the reference takes it, a pod runs at line rate until hundreds of megabytes have
+gone by, and the queue (the reference sizes it as 25 ms at the rate *plus the burst*) holds
+seconds of backlog, so every other packet of the pod waits behind a bulk flow.  Here:
 
-One deliberate difference: where the reference's uint32 conversions overflow, it gets whatever the
-CPU makes of an out-of-range float-to-uint32 conversion (amd64 wraps, arm64 saturates).  That
-happens with the bursts container runtimes actually send (containerd: 2^32-1 bits, CRI-O: just
-under 4 GB) at any rate below ~15 Gbit/s, so a pod can get a random-looking burst.  We saturate
-(the largest burst/queue the kernel can represent) and CHECK accepts the wrapped amd64 values too.
+* **No burst given** means one of the runtimes' sentinels, a burst the kernel cannot represent
+  for that rate (its refill time in psched ticks overflows u32), or one longer than
+  :data:`MAX_BURST_SECONDS` at the rate.  Then the bucket is the smallest that still reaches the
+  rate: :data:`DERIVED_BURST_MS` of the rate (what the TBF watchdog's late wake-ups on a loaded
+  node cost it, measured in docs/plugins.md) plus :data:`DERIVED_BURST_FRAMES` full frames.
+  An explicit burst within the bound is honoured as given.
+* **The queue is bounded in time**: :data:`QUEUE_MS` of the rate, never less than
+  :data:`QUEUE_MIN_FRAMES` full frames, and never less than one whole TSO packet when the
+  bucket is big enough to let such a packet through unsegmented (the TBF only segments GSO
+  packets larger than its burst; a packet larger than the queue would always be dropped).
+
+A rate with burst 0 stays an error, as in the reference (config.py): a conflist that works here
+works there too, and runtimes always send a burst.  The conversions to the kernel's units follow
+the reference's float64 steps (bytes = bits // 8, refill time in psched ticks from
+/proc/net/psched) so CHECK can still recognise, by :func:`legacy`, the parameters the reference
+and this plugin's previous release wrote: live pods keep passing CHECK across an upgrade and get
+the new numbers at their next ADD.
 
 Pure: no kernel access.
 """
@@ -25,7 +37,19 @@ from .config import AUTO, HOST, POD, SPLIT, Shape
 
 UINT32_MAX = 2**32 - 1
 TIME_UNITS_PER_SEC = 1_000_000
-LATENCY_MS = 25.0
+
+CONTAINERD_BURST = 2**32 - 1  # bits: containerd's CRI fills every burst with math.MaxUint32
+CRIO_BURST = (2**32 - 1) * 8 - 1  # bits: CRI-O's "no burst" (just under 4 GiB)
+RUNTIME_SENTINELS = frozenset((CONTAINERD_BURST, CRIO_BURST))
+MAX_BURST_SECONDS = 1.0  # an explicit burst longer than this at the rate is taken as "none given"
+DERIVED_BURST_MS = 4.0
+DERIVED_BURST_FRAMES = 2
+QUEUE_MS = 15.0
+QUEUE_MIN_FRAMES = 6
+FRAME_OVERHEAD = 18  # Ethernet header + one VLAN tag on top of the MTU: what the qdisc counts
+TSO_PACKET = 96 * 1024  # bytes: a 64 KiB GSO packet plus the headers the qdisc counts per segment
+DEFAULT_MTU = 1500
+LEGACY_LATENCY_MS = 25.0  # the reference's (and our previous release's) queue on top of the burst
 
 
 class TbfParams(namedtuple("TbfParams", "rate buffer limit")):
@@ -60,38 +84,83 @@ def _wrap32(value: float) -> int:
     return int(value) & UINT32_MAX
 
 
-def _compute(rate_bits: int, burst_bits: int, tick: float, conv) -> TbfParams:
+def _buffer(burst_bytes: int, rate_bytes: int, tick: float, conv=_sat32) -> int:
+    """The bucket's refill time in psched ticks, by the reference's float64 steps."""
+    buffer_us = conv(float(burst_bytes) * float(TIME_UNITS_PER_SEC) / float(rate_bytes))
+    return conv(float(buffer_us) * tick)
+
+
+def frame(mtu: int) -> int:
+    """The bytes the qdisc counts for one full-sized packet on a link of ``mtu``."""
+    return (mtu or DEFAULT_MTU) + FRAME_OVERHEAD
+
+
+def burst_given(shape: Shape, tick: float) -> bool:
+    """Whether ``shape.burst`` is the pod's own burst rather than "none given" (module docstring)."""
+    if shape.burst in RUNTIME_SENTINELS:
+        return False
+    rate = shape.rate // 8
+    if rate <= 0:
+        return True  # refused by tbf() with the rate's own message
+    burst = shape.burst // 8
+    if float(burst) > MAX_BURST_SECONDS * float(rate):
+        return False
+    return float(burst) * float(TIME_UNITS_PER_SEC) / float(rate) * tick < UINT32_MAX
+
+
+def derived_burst(rate_bits: int, mtu: int) -> int:
+    """The default bucket, in bytes: :data:`DERIVED_BURST_MS` of the rate plus a few frames."""
     rate = rate_bits // 8
-    burst = burst_bits // 8
-    latency_us = float(TIME_UNITS_PER_SEC) * (LATENCY_MS / 1000.0)
-    buffer_us = conv(float(burst) * float(TIME_UNITS_PER_SEC) / float(rate))
-    buffer = conv(float(buffer_us) * tick)
-    limit = conv(float(rate) * latency_us / float(TIME_UNITS_PER_SEC))
-    if conv is _wrap32:
-        limit = (limit + burst) & UINT32_MAX
-    else:
-        limit = min(limit + burst, UINT32_MAX)
-    return TbfParams(rate=rate, buffer=buffer, limit=limit)
+    return int(rate * DERIVED_BURST_MS / 1000.0) + DERIVED_BURST_FRAMES * frame(mtu)
 
 
-def tbf(shape: Shape, tick: float, direction: str) -> TbfParams:
-    """The TBF parameters for one direction; refuses limits the kernel cannot represent."""
+def queue_limit(rate_bytes: int, burst_bytes: int, mtu: int) -> int:
+    """The queue in bytes: :data:`QUEUE_MS` at the rate, at least a few frames, and room for one
+    whole TSO packet when the bucket lets one through unsegmented."""
+    by_time = int(rate_bytes * QUEUE_MS / 1000.0)
+    return min(max(by_time, QUEUE_MIN_FRAMES * frame(mtu), min(burst_bytes, TSO_PACKET)), UINT32_MAX)
+
+
+def tbf(shape: Shape, tick: float, direction: str, mtu: int = DEFAULT_MTU) -> TbfParams:
+    """The TBF parameters for one direction on a link of ``mtu``; refuses what the kernel cannot
+    represent (a rate under a byte per second, an explicit burst that refills in no tick)."""
     if shape.rate < 8:
         raise plugin_error(f"invalid {direction} rate {shape.rate}: must be at least 8 bits per second")
     if shape.burst < 8:
         raise plugin_error(f"invalid {direction} burst {shape.burst}: must be at least 8 bits")
-    params = _compute(shape.rate, shape.burst, tick, _sat32)
-    if params.buffer == 0:
+    rate = shape.rate // 8
+    burst = shape.burst // 8 if burst_given(shape, tick) else derived_burst(shape.rate, mtu)
+    buffer = _buffer(burst, rate, tick)
+    if buffer == 0:
         # The refill time rounds down to zero ticks: the kernel would reject the qdisc.
         raise plugin_error(f"invalid {direction} burst {shape.burst}: too small for rate {shape.rate}")
-    return params
+    return TbfParams(rate=rate, buffer=buffer, limit=queue_limit(rate, burst, mtu))
 
 
-def accepted(shape: Shape, tick: float) -> tuple[TbfParams, ...]:
-    """Parameter sets CHECK accepts: ours, and the reference's amd64 overflow variant."""
-    ours = _compute(shape.rate, shape.burst, tick, _sat32)
-    theirs = _compute(shape.rate, shape.burst, tick, _wrap32)
-    return (ours,) if theirs == ours else (ours, theirs)
+def legacy(shape: Shape, tick: float) -> tuple[TbfParams, ...]:
+    """What the reference and this plugin's previous release wrote for ``shape``: the burst taken
+    literally, 25 ms of queue on top of it; saturated (ours, arm64) and wrapped (Go on amd64)."""
+    out = []
+    rate, burst = shape.rate // 8, shape.burst // 8
+    if rate <= 0:
+        return ()
+    by_time = float(rate) * LEGACY_LATENCY_MS / 1000.0
+    for conv in (_sat32, _wrap32):
+        buffer = _buffer(burst, rate, tick, conv)
+        limit = conv(by_time)
+        limit = (limit + burst) & UINT32_MAX if conv is _wrap32 else min(limit + burst, UINT32_MAX)
+        params = TbfParams(rate=rate, buffer=buffer, limit=limit)
+        if params not in out:
+            out.append(params)
+    return tuple(out)
+
+
+def accepted(shape: Shape, tick: float, mtu: int = DEFAULT_MTU) -> tuple[TbfParams, ...]:
+    """Parameter sets CHECK accepts: ours first, then :func:`legacy` (the reference's and our
+    previous release's, which a live pod keeps until its next ADD)."""
+    ours = tbf(shape, tick, "", mtu) if shape.rate >= 8 and shape.burst >= 8 else None
+    older = tuple(p for p in legacy(shape, tick) if p != ours)
+    return ((ours,) if ours is not None else ()) + older
 
 
 def burst_bytes(params: TbfParams, tick: float) -> int:

@@ -14,7 +14,10 @@ names; layout ``host`` is the reference's kernel layout).  Differences, all on p
 * CHECK succeeds when nothing is configured (the reference crashes: upstream #1221), verifies the
   layout the result says ADD built, and also the ingress qdisc and the redirect filter;
 * GC (CNI 1.1) deletes IFBs this plugin created for attachments the runtime no longer lists;
-* overflowing burst arithmetic saturates instead of wrapping (see plan.py).
+* a runtime's "no burst" sentinel (containerd's, CRI-O's) or a burst too large to mean anything
+  gets a small bucket derived from the rate, and the queue is bounded in time, not by the burst
+  (plan.py): the rate holds from the first byte and latency under load stays low; CHECK still
+  accepts the reference's (and our previous release's) parameters for live pods.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from cnichain.common.skel import Plugin, Request
 from cnichain.common.types import Interface, Result
 
 from . import plan
-from .config import IFB_PREFIX, BandwidthConfig, ifb_name, load
+from .config import IFB_PREFIX, BandwidthConfig, Shape, ifb_name, load
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
@@ -48,9 +51,12 @@ def _tick() -> float:
         raise plugin_error(f"cannot read {PSCHED}: {exc.strerror}") from None
 
 
-def _plans(cfg: BandwidthConfig, tick: float) -> tuple[Optional[plan.TbfParams], Optional[plan.TbfParams]]:
-    ingress = plan.tbf(cfg.ingress, tick, "ingress") if cfg.ingress else None
-    egress = plan.tbf(cfg.egress, tick, "egress") if cfg.egress else None
+def _plans(cfg: BandwidthConfig, tick: float, mtu: int = plan.DEFAULT_MTU
+           ) -> tuple[Optional[plan.TbfParams], Optional[plan.TbfParams]]:
+    """Both directions' TBF parameters on a link of ``mtu``; refuses what the kernel cannot hold.
+    ADD calls it before touching the kernel, then again with the MTU of the pod's link."""
+    ingress = plan.tbf(cfg.ingress, tick, "ingress", mtu) if cfg.ingress else None
+    egress = plan.tbf(cfg.egress, tick, "egress", mtu) if cfg.egress else None
     return ingress, egress
 
 
@@ -110,7 +116,8 @@ def cmd_add(req: Request) -> Result:
         raise plugin_error("must be called as chained plugin")
     if not prev.interfaces:
         raise plugin_error("no interfaces provided")
-    ingress, egress = _plans(cfg, _tick())
+    tick = _tick()
+    _plans(cfg, tick)  # bad numbers are refused before any kernel access
 
     from cnichain.common import netlink
 
@@ -121,6 +128,8 @@ def cmd_add(req: Request) -> Result:
         pod_link = kernel.get_link(pod, name=req.ifname)
         if pod_link is None:
             raise plugin_error(f"container interface {req.ifname} has no veth peer: Link not found")
+        # The pod's link, its host veth and the IFB share one MTU (the IFB is made with it).
+        ingress, egress = _plans(cfg, tick, pod_link.mtu)
         veth, why = _find_host_veth(host, req, pod_link, prev)
         try:
             layout = _shape(host, pod, req, cfg.layout, pod_link, veth, why, ingress, egress, prev)
@@ -308,13 +317,13 @@ def cmd_check(req: Request) -> None:
     layout = layout_of(prev, req.network_name, req.container_id)
     with netlink.route_socket() as host:
         if cfg.ingress is not None and layout.ingress == "host":
-            _check_tbf(host, _host_veth(host, req, prev), plan.accepted(cfg.ingress, tick))
+            _check_tbf(host, _host_veth(host, req, prev), cfg.ingress, tick)
         if cfg.egress is not None and layout.egress == "host":
             veth = _host_veth(host, req, prev)
             ifb = kernel.get_link(host, name=name)
             if ifb is None:
                 raise plugin_error("get ifb device: Link not found", name)
-            _check_tbf(host, ifb, plan.accepted(cfg.egress, tick))
+            _check_tbf(host, ifb, cfg.egress, tick)
             if not kernel.has_ingress_qdisc(host, veth.index):
                 raise plugin_error(f"Failed to find ingress qdisc on {veth.name}")
             if ifb.index not in kernel.redirect_targets(host, veth.index):
@@ -333,20 +342,25 @@ def _check_pod(pod: Any, req: Request, cfg: BandwidthConfig, layout: plan.Layout
     if link is None:
         raise plugin_error(f"container interface {req.ifname}: Link not found")
     if cfg.egress is not None and layout.egress == "pod":
-        _check_tbf(pod, link, plan.accepted(cfg.egress, tick))
+        _check_tbf(pod, link, cfg.egress, tick)
     if cfg.ingress is not None and layout.ingress == "pod":
         ifb = kernel.get_link(pod, name=name)
         if ifb is None:
             raise plugin_error("get ifb device: Link not found", f"{name} in the pod")
-        _check_tbf(pod, ifb, plan.accepted(cfg.ingress, tick))
+        _check_tbf(pod, ifb, cfg.ingress, tick)
         if not any(q.kind == "clsact" for q in kernel.qdiscs(pod, link.index) if q.parent == kernel.TC_H_INGRESS):
             raise plugin_error(f"Failed to find clsact qdisc on {req.ifname}")
         if ifb.index not in kernel.pod_redirect_targets(pod, link.index):
             raise plugin_error(f"Failed to find filter redirecting {req.ifname} to {name}")
 
 
-def _check_tbf(host: Any, link: Any, accepted: tuple[plan.TbfParams, ...]) -> None:
+def _check_tbf(host: Any, link: Any, shape: Shape, tick: float) -> None:
+    """The root TBF of ``link`` holds what ADD writes for ``shape`` on a link of its MTU, or what
+    the reference or our previous release wrote (plan.accepted): a live pod shaped before an
+    upgrade keeps passing, and gets the new parameters at its next ADD."""
     from . import kernel
+
+    accepted = plan.accepted(shape, tick, link.mtu)
 
     q = kernel.root_tbf(host, link.index)
     if q is None or q.tbf is None:

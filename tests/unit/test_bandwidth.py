@@ -139,36 +139,92 @@ def test_tick_parse():
     assert info.value.code == 999
 
 
-def test_plan_matches_reference_numbers():
-    # 1 Mbit/s with 1 Mbit burst: 125000 B/s, 1 s of refill, 25 ms of queue on top of the burst.
+CONTAINERD = 2**32 - 1  # bits: the burst containerd's CRI sends with every bandwidth annotation
+CRIO = (2**32 - 1) * 8 - 1  # bits: CRI-O's
+
+
+def test_explicit_burst_within_the_bound_is_honoured():
+    # 1 Mbit/s with a 1 Mbit burst (exactly the 1 s bound): 125000 B/s, 1 s of refill.  The queue:
+    # 15 ms at the rate is 1875 B, under six frames; the bucket lets a whole TSO packet through, so
+    # the queue holds one.
     p = tbf.tbf(Shape(1_000_000, 1_000_000), TICK, "ingress")
-    assert p == tbf.TbfParams(rate=125_000, buffer=15_625_000, limit=3125 + 125_000)
+    assert p == tbf.TbfParams(rate=125_000, buffer=15_625_000, limit=tbf.TSO_PACKET)
     assert tbf.burst_bytes(p, TICK) == 125_000
 
 
 def test_plan_of_the_readme_example():
-    # 123 bit/s, 456 bit burst -> 15 B/s, 57 B: 3.8 s of refill.
+    # 123 bit/s, 456 bit burst -> 15 B/s, 57 B: 3.8 s of refill (over the 1 s bound: derived).
     p = tbf.tbf(Shape(123, 456), TICK, "egress")
-    assert p.rate == 15 and p.limit == 57 and p.buffer == int(3_800_000 * 15.625)
+    assert p.rate == 15 and p.limit == 6 * 1518
+    assert tbf.burst_bytes(p, TICK) == 2 * 1518
 
 
-def test_overflow_saturates_and_check_accepts_reference_wrap():
-    # containerd's burst (2^32-1 bits) at 1 Mbit/s overflows the uint32 tick count.
-    shape = Shape(1_000_000, 2**32 - 1)
-    ours = tbf.tbf(shape, TICK, "ingress")
-    assert ours.buffer == 2**32 - 1
+@pytest.mark.parametrize("burst", [CONTAINERD, CRIO])
+@pytest.mark.parametrize("rate", [1_000_000, 10_000_000, 100_000_000, 10_000_000_000])
+def test_runtime_sentinels_get_a_burst_derived_from_the_rate(rate, burst):
+    p = tbf.tbf(Shape(rate, burst), TICK, "ingress")
+    want = int(rate // 8 * tbf.DERIVED_BURST_MS / 1000) + 2 * 1518  # 4 ms of the rate + 2 frames
+    # The refill time is whole microseconds (then ticks): up to ~2 us of the rate is rounded away.
+    assert want - rate // 8 // 500_000 - 2 <= tbf.burst_bytes(p, TICK) <= want
+    assert tbf.burst_bytes(p, TICK) < rate // 8 * 0.05  # nothing like the sentinel's 512 MiB
+
+
+def test_derived_burst_follows_the_mtu():
+    jumbo = tbf.tbf(Shape(1_000_000, CONTAINERD), TICK, "egress", mtu=9000)
+    assert tbf.burst_bytes(jumbo, TICK) >= 2 * 9018 and jumbo.limit >= 3 * 9018
+
+
+def test_burst_the_kernel_cannot_represent_means_none_given():
+    # 8 Mbit/s with 512 MB: its refill time overflows the u32 tick count; and 2 s at the rate is
+    # over the bound.  Both are taken as "no burst given".
+    derived = tbf.tbf(Shape(8_000_000, CONTAINERD), TICK, "ingress")
+    assert tbf.tbf(Shape(8_000_000, 4_000_000_000), TICK, "ingress") == derived
+    assert tbf.tbf(Shape(8_000_000, 16_000_000), TICK, "ingress") == derived
+    assert not tbf.burst_given(Shape(8_000_000, 16_000_000), TICK)
+    assert tbf.burst_given(Shape(8_000_000, 8_000_000), TICK)
+
+
+@pytest.mark.parametrize("rate, limit", [
+    (1_000_000, 6 * 1518),  # 15 ms would be 1875 B: six frames
+    (10_000_000, 18_750),  # 15 ms at the rate
+    (100_000_000, 187_500),
+    (10_000_000_000, 18_750_000),
+])
+def test_queue_is_bounded_in_time_with_its_floors(rate, limit):
+    assert tbf.tbf(Shape(rate, CONTAINERD), TICK, "ingress").limit == limit
+
+
+def test_queue_holds_a_tso_packet_only_when_the_bucket_passes_one():
+    small = tbf.tbf(Shape(8_000_000, 80_000), TICK, "egress")  # 10 kB bucket: GSO gets segmented
+    assert small.limit == 15_000  # 15 ms at 1 MB/s
+    big = tbf.tbf(Shape(8_000_000, 8_000_000), TICK, "egress")  # 1 MB bucket (1 s at the rate)
+    assert big.limit == tbf.TSO_PACKET
+
+
+def test_check_accepts_the_legacy_parameters_of_live_pods():
+    # What the reference (Go on amd64: the u32 conversions wrap) and our previous release
+    # (saturated) wrote for containerd's burst at 1 Mbit/s; read back with tc, the reference's
+    # is "burst 21474835b".
+    shape = Shape(1_000_000, CONTAINERD)
     accepted = tbf.accepted(shape, TICK)
-    assert accepted[0] == ours and len(accepted) == 2
-    # What the Go reference put in the kernel on amd64 (read back with tc: burst 21474835b).
-    assert accepted[1].buffer == 2684354435
-    assert tbf.burst_bytes(accepted[1], TICK) == 21474835
+    assert accepted[0] == tbf.tbf(shape, TICK, "ingress")
+    saturated, wrapped = accepted[1:]
+    assert saturated.buffer == 2**32 - 1 and saturated.limit == 3125 + CONTAINERD // 8
+    assert wrapped.buffer == 2684354435 and tbf.burst_bytes(wrapped, TICK) == 21474835
+    # An explicit burst: the old release's queue was 25 ms on top of it.
+    assert tbf.TbfParams(125_000, 15_625_000, 3125 + 125_000) in tbf.accepted(Shape(1_000_000, 1_000_000), TICK)
 
 
-def test_limit_saturates_where_reference_wraps():
+def test_legacy_limit_saturates_where_reference_wraps():
     # CRI-O's burst (just under 4 GB) plus 25 ms of queue does not fit in 32 bits.
-    shape = Shape(8_000_000, (2**32 - 1) * 8 - 1)
-    assert tbf.tbf(shape, TICK, "egress").limit == 2**32 - 1
-    assert tbf.accepted(shape, TICK)[1].limit == (25_000 + 2**32 - 2) & (2**32 - 1)
+    saturated, wrapped = tbf.legacy(Shape(8_000_000, CRIO), TICK)
+    assert saturated.limit == 2**32 - 1
+    assert wrapped.limit == (25_000 + 2**32 - 2) & (2**32 - 1)
+
+
+def test_check_does_not_accept_arbitrary_parameters():
+    accepted = tbf.accepted(Shape(10_000_000, CONTAINERD), TICK)
+    assert tbf.TbfParams(1_250_000, 100_000, 10_000) not in accepted
 
 
 def test_rate64():
