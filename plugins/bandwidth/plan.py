@@ -26,10 +26,12 @@ from .config import AUTO, HOST, POD, SPLIT, Shape
 UINT32_MAX = 2**32 - 1
 TIME_UNITS_PER_SEC = 1_000_000
 LATENCY_MS = 25.0
+FULL_FRAME = 1500 + 18  # bytes the qdisc counts for a full packet at MTU 1500 (Ethernet + VLAN header)
 
 
-class TbfParams(namedtuple("TbfParams", "rate buffer limit")):
-    """What goes into TCA_TBF_PARMS (+ TCA_TBF_RATE64): bytes/s, psched ticks, bytes."""
+class TbfParams(namedtuple("TbfParams", "rate buffer limit peakrate mtu", defaults=(0, 0))):
+    """What goes into TCA_TBF_PARMS (+ TCA_TBF_RATE64/PRATE64): rate in bytes/s, its bucket in
+    psched ticks, the queue in bytes; a peak rate in bytes/s (0: none) and its bucket in ticks."""
 
     __slots__ = ()
 
@@ -84,13 +86,28 @@ def tbf(shape: Shape, tick: float, direction: str) -> TbfParams:
     if params.buffer == 0:
         # The refill time rounds down to zero ticks: the kernel would reject the qdisc.
         raise plugin_error(f"invalid {direction} burst {shape.burst}: too small for rate {shape.rate}")
-    return params
+    return with_peak(params, shape, tick, FULL_FRAME, direction)
+
+
+def with_peak(params: TbfParams, shape: Shape, tick: float, frame_bytes: int, direction: str) -> TbfParams:
+    """``params`` with the pod's peak rate and its bucket (the minimum burst, at least one frame:
+    a packet larger than the peak bucket could never leave), or unchanged without a peak rate."""
+    if not shape.peakrate:
+        return params
+    peak = shape.peakrate // 8
+    if peak <= params.rate:
+        raise plugin_error(f"invalid {direction} peakrate {shape.peakrate}: must be above the rate")
+    bucket = max(shape.minburst, frame_bytes)
+    ticks = _sat32(float(_sat32(float(bucket) * float(TIME_UNITS_PER_SEC) / float(peak))) * tick)
+    if ticks == 0:
+        raise plugin_error(f"invalid {direction} minburst {shape.minburst}: too small for peakrate {shape.peakrate}")
+    return params._replace(peakrate=peak, mtu=ticks)
 
 
 def accepted(shape: Shape, tick: float) -> tuple[TbfParams, ...]:
     """Parameter sets CHECK accepts: ours, and the reference's amd64 overflow variant."""
-    ours = _compute(shape.rate, shape.burst, tick, _sat32)
-    theirs = _compute(shape.rate, shape.burst, tick, _wrap32)
+    ours = with_peak(_compute(shape.rate, shape.burst, tick, _sat32), shape, tick, FULL_FRAME, "")
+    theirs = with_peak(_compute(shape.rate, shape.burst, tick, _wrap32), shape, tick, FULL_FRAME, "")
     return (ours,) if theirs == ours else (ours, theirs)
 
 
