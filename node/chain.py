@@ -21,8 +21,11 @@ OUR_PREFIX = "cnichain-"
 REPLACED = registry.META  # the primary's meta plugins that ours replace
 DEFAULT_ADDED: tuple[dict, ...] = (
     {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
-    {"type": "bandwidth", "capabilities": {"bandwidth": True}},
+    {"type": "bandwidth", "capabilities": {"bandwidth": True, "io.kubernetes.cri.pod-annotations": True}},
 )
+# A replaced meta plugin that asks for the first capability also asks for the others: ours read
+# the pod's QoS annotations beside the kubelet's rate (plugins/bandwidth/pod_qos.py).
+COMPANION_CAPABILITIES = {"bandwidth": ("bandwidth", "io.kubernetes.cri.pod-annotations")}
 
 
 class ChainError(ValueError):
@@ -72,6 +75,7 @@ def derive(primary: dict, added: tuple[dict, ...] = DEFAULT_ADDED) -> dict:
         t = p.get("type")
         if isinstance(t, str) and t in REPLACED:
             p = dict(p, type=our_type(t))
+            p = _with_companions(p, COMPANION_CAPABILITIES.get(t, ()))
         plugins.append(p)
     present = {p.get("type") for p in plugins}
     for extra in added:
@@ -81,6 +85,13 @@ def derive(primary: dict, added: tuple[dict, ...] = DEFAULT_ADDED) -> dict:
             present.add(t)
     out["plugins"] = plugins
     return out
+
+
+def _with_companions(plugin: dict, capabilities: tuple[str, ...]) -> dict:
+    caps = plugin.get("capabilities")
+    if not capabilities or not isinstance(caps, dict) or caps.get(capabilities[0]) is not True:
+        return plugin
+    return dict(plugin, capabilities={**caps, **{c: True for c in capabilities[1:] if c not in caps}})
 
 
 def render(conf: dict) -> bytes:

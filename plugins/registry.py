@@ -36,7 +36,7 @@ TYPES: tuple[PluginType, ...] = (
     PluginType("bridge", "bridge", "main", ("mac",), state=True),
     PluginType("host-local", "host_local", "ipam", ("ipRanges", "ips"), state=True),
     PluginType("portmap", "portmap", "meta", ("portMappings",), state=True),
-    PluginType("bandwidth", "bandwidth", "meta", ("bandwidth",), state=True),
+    PluginType("bandwidth", "bandwidth", "meta", ("bandwidth", "io.kubernetes.cri.pod-annotations"), state=True),
     PluginType("tuning", "tuning", "meta", ("mac",)),
     PluginType("route-override", "route_override", "meta"),
 )

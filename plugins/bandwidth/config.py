@@ -8,6 +8,11 @@ them makes the top-level set win and the runtime's values are ignored entirely; 
 matches field names case-insensitively, and rejects negatives, fractions and non-numbers for a
 uint64.  All of that is reproduced here because it decides which limits a pod gets.
 
+Where the limits come from the runtime, the pod's annotations (capability
+``io.kubernetes.cri.pod-annotations``, pod_qos.py) add what the kubelet cannot pass: a burst,
+a peak rate and its bucket per direction, and Calico's rate annotations where the Kubernetes one is
+absent.  A conflist's own keys are the operator's and win over both, as they win over the runtime.
+
 Pure: no kernel access, nothing imported beyond the standard library and common.errors.
 """
 
@@ -15,8 +20,14 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs milliseconds per exec
+    from typing import Optional
+
 from cnichain.common import gojson
 from cnichain.common.errors import plugin_error
+
+from . import pod_qos
 
 KEYS = ("ingressRate", "ingressBurst", "egressRate", "egressBurst")
 UINT32_MAX = 2**32 - 1
@@ -29,8 +40,9 @@ AUTO, HOST, SPLIT, POD = "auto", "host", "split", "pod"
 LAYOUTS = (AUTO, HOST, SPLIT, POD)
 
 
-class Shape(namedtuple("Shape", "rate burst")):
-    """One direction's token bucket: rate in bits/s, burst in bits (both > 0).
+class Shape(namedtuple("Shape", "rate burst peakrate minburst", defaults=(0, 0))):
+    """One direction's token bucket: rate in bits/s (> 0), burst in bits (0: none given, the
+    plan derives one), and an optional peak rate (bits/s, 0: none) with its bucket (bytes).
 
     Records here are namedtuples (immutable, ``==``, ``repr``) rather than frozen dataclasses:
     ``import dataclasses`` alone costs ~5 ms per plugin exec.
@@ -43,7 +55,8 @@ class BandwidthConfig(namedtuple("BandwidthConfig", "ingress egress source layou
                                  defaults=(None, None, "", AUTO))):
     """The effective limits; a direction is None when it is not shaped.
 
-    ``source`` is "config", "runtimeConfig", or "" when nothing is configured; ``layout`` is one
+    ``source`` is "config", "runtimeConfig", "annotations" (a rate from Calico's annotations
+    alone), or "" when nothing is configured; ``layout`` is one
     of :data:`LAYOUTS` (cnichain's own key; the reference ignores it, as any unknown key).
     """
 
@@ -93,12 +106,31 @@ def load(conf: dict) -> BandwidthConfig:
     layout = d["layout"] or AUTO
     if layout not in LAYOUTS:
         raise plugin_error(f"invalid layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+    ingress = Shape(ingress_rate, ingress_burst) if ingress_rate and ingress_burst else None
+    egress = Shape(egress_rate, egress_burst) if egress_rate and egress_burst else None
+    if source != "config":
+        wishes = pod_qos.read(pod_qos.pod_annotations(conf.get("runtimeConfig")))
+        ingress = _with_pod_qos("ingress", ingress, wishes["ingress"])
+        egress = _with_pod_qos("egress", egress, wishes["egress"])
+        if source == "" and (ingress or egress):
+            source = "annotations"
     return BandwidthConfig(
-        ingress=Shape(ingress_rate, ingress_burst) if ingress_rate and ingress_burst else None,
-        egress=Shape(egress_rate, egress_burst) if egress_rate and egress_burst else None,
-        source=source if (ingress_rate or egress_rate) else "",
+        ingress=ingress,
+        egress=egress,
+        source=source if (ingress or egress) else "",
         layout=layout,
     )
+
+
+def _with_pod_qos(direction: str, shape: Optional[Shape], qos: pod_qos.PodQos) -> Optional[Shape]:
+    """``shape`` (from the runtime, or None) with the pod's own wishes for ``direction``."""
+    if qos == pod_qos.PodQos():
+        return shape
+    qos = pod_qos.apply(direction, shape.rate if shape else 0, qos)
+    if not qos.rate:
+        return None
+    burst = qos.burst or (shape.burst if shape else 0)
+    return Shape(qos.rate, burst, qos.peakrate, qos.minburst)
 
 
 def ifb_name(network: str, container_id: str) -> str:

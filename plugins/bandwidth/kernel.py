@@ -226,8 +226,7 @@ def qdiscs(host: Any, index: int) -> list[Qdisc]:
         if kind == "tbf":
             decoded = tc.tbf_params(found)
             if decoded is not None:
-                rate, buffer, limit = decoded
-                params = TbfParams(rate=rate, buffer=buffer, limit=limit)
+                params = TbfParams(*decoded)
         out.append(Qdisc(kind=kind, handle=handle, parent=parent, tbf=params))
     return out
 

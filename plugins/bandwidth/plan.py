@@ -17,8 +17,11 @@ seconds of backlog, so every other packet of the pod waits behind a bulk flow.  
   bucket is big enough to let such a packet through unsegmented (the TBF only segments GSO
   packets larger than its burst; a packet larger than the queue would always be dropped).
 
-A rate with burst 0 stays an error, as in the reference (config.py): a conflist that works here
-works there too, and runtimes always send a burst.  The conversions to the kernel's units follow
+A rate with burst 0 in a conflist or the ``bandwidth`` capability stays an error, as in the
+reference (config.py): a conflist that works here works there too, and runtimes always send a
+burst.  Burst 0 reaches the plan only for a rate from a pod's annotations alone (pod_qos.py), and
+means "none given".  A peak rate from the annotations adds TBF's second bucket
+(:func:`with_peak`).  The conversions to the kernel's units follow
 the reference's float64 steps (bytes = bits // 8, refill time in psched ticks from
 /proc/net/psched) so CHECK can still recognise, by :func:`legacy`, the parameters the reference
 and this plugin's previous release wrote: live pods keep passing CHECK across an upgrade and get
@@ -52,8 +55,9 @@ DEFAULT_MTU = 1500
 LEGACY_LATENCY_MS = 25.0  # the reference's (and our previous release's) queue on top of the burst
 
 
-class TbfParams(namedtuple("TbfParams", "rate buffer limit")):
-    """What goes into TCA_TBF_PARMS (+ TCA_TBF_RATE64): bytes/s, psched ticks, bytes."""
+class TbfParams(namedtuple("TbfParams", "rate buffer limit peakrate mtu", defaults=(0, 0))):
+    """What goes into TCA_TBF_PARMS (+ TCA_TBF_RATE64/PRATE64): rate in bytes/s, its bucket in
+    psched ticks, the queue in bytes; a peak rate in bytes/s (0: none) and its bucket in ticks."""
 
     __slots__ = ()
 
@@ -97,7 +101,7 @@ def frame(mtu: int) -> int:
 
 def burst_given(shape: Shape, tick: float) -> bool:
     """Whether ``shape.burst`` is the pod's own burst rather than "none given" (module docstring)."""
-    if shape.burst in RUNTIME_SENTINELS:
+    if shape.burst == 0 or shape.burst in RUNTIME_SENTINELS:  # 0: a rate from annotations alone
         return False
     rate = shape.rate // 8
     if rate <= 0:
@@ -126,7 +130,7 @@ def tbf(shape: Shape, tick: float, direction: str, mtu: int = DEFAULT_MTU) -> Tb
     represent (a rate under a byte per second, an explicit burst that refills in no tick)."""
     if shape.rate < 8:
         raise plugin_error(f"invalid {direction} rate {shape.rate}: must be at least 8 bits per second")
-    if shape.burst < 8:
+    if 0 < shape.burst < 8:
         raise plugin_error(f"invalid {direction} burst {shape.burst}: must be at least 8 bits")
     rate = shape.rate // 8
     burst = shape.burst // 8 if burst_given(shape, tick) else derived_burst(shape.rate, mtu)
@@ -134,7 +138,23 @@ def tbf(shape: Shape, tick: float, direction: str, mtu: int = DEFAULT_MTU) -> Tb
     if buffer == 0:
         # The refill time rounds down to zero ticks: the kernel would reject the qdisc.
         raise plugin_error(f"invalid {direction} burst {shape.burst}: too small for rate {shape.rate}")
-    return TbfParams(rate=rate, buffer=buffer, limit=queue_limit(rate, burst, mtu))
+    params = TbfParams(rate=rate, buffer=buffer, limit=queue_limit(rate, burst, mtu))
+    return with_peak(params, shape, tick, frame(mtu), direction)
+
+
+def with_peak(params: TbfParams, shape: Shape, tick: float, frame_bytes: int, direction: str) -> TbfParams:
+    """``params`` with the pod's peak rate and its bucket (the minimum burst, at least one frame:
+    a packet larger than the peak bucket could never leave), or unchanged without a peak rate."""
+    if not shape.peakrate:
+        return params
+    peak = shape.peakrate // 8
+    if peak <= params.rate:
+        raise plugin_error(f"invalid {direction} peakrate {shape.peakrate}: must be above the rate")
+    bucket = max(shape.minburst, frame_bytes)
+    ticks = _sat32(float(_sat32(float(bucket) * float(TIME_UNITS_PER_SEC) / float(peak))) * tick)
+    if ticks == 0:
+        raise plugin_error(f"invalid {direction} minburst {shape.minburst}: too small for peakrate {shape.peakrate}")
+    return params._replace(peakrate=peak, mtu=ticks)
 
 
 def legacy(shape: Shape, tick: float) -> tuple[TbfParams, ...]:
@@ -158,7 +178,7 @@ def legacy(shape: Shape, tick: float) -> tuple[TbfParams, ...]:
 def accepted(shape: Shape, tick: float, mtu: int = DEFAULT_MTU) -> tuple[TbfParams, ...]:
     """Parameter sets CHECK accepts: ours first, then :func:`legacy` (the reference's and our
     previous release's, which a live pod keeps until its next ADD)."""
-    ours = tbf(shape, tick, "", mtu) if shape.rate >= 8 and shape.burst >= 8 else None
+    ours = tbf(shape, tick, "", mtu) if shape.rate >= 8 and (shape.burst == 0 or shape.burst >= 8) else None
     older = tuple(p for p in legacy(shape, tick) if p != ours)
     return ((ours,) if ours is not None else ()) + older
 

@@ -25,7 +25,7 @@ IFLA_IFNAME, IFLA_MTU, IFLA_TXQLEN, IFLA_LINKINFO, IFLA_IFALIAS = 3, 4, 13, 18, 
 IFLA_INFO_KIND = 1
 IFF_UP = 0x1
 TCA_KIND, TCA_OPTIONS = 1, 2
-TCA_TBF_PARMS, TCA_TBF_RATE64 = 1, 4
+TCA_TBF_PARMS, TCA_TBF_RATE64, TCA_TBF_PRATE64 = 1, 4, 5
 TCA_U32_CLASSID, TCA_U32_SEL, TCA_U32_ACT = 1, 5, 7
 TCA_ACT_KIND, TCA_ACT_OPTIONS = 1, 2
 TCA_MIRRED_PARMS = 2
@@ -69,12 +69,15 @@ def link_index_only(index: int) -> bytes:
 
 
 def tbf(index: int, handle: int, parent: int, params: TbfParams) -> bytes:
-    """RTM_NEWQDISC body: a TBF with exactly ``params`` (TCA_TBF_RATE64 from 2^32 bytes/s)."""
-    parms = TBF_QOPT.pack(0, 0, 0, 0, 0, min(params.rate, UINT32_MAX), 0, 0, 0, 0, 0, 0,
-                          params.limit, params.buffer, 0)
+    """RTM_NEWQDISC body: a TBF with exactly ``params`` (TCA_TBF_RATE64 and TCA_TBF_PRATE64 from
+    2^32 bytes/s); with a peak rate, its bucket goes in ``mtu`` as ticks, as ``tc`` sends it."""
+    parms = TBF_QOPT.pack(0, 0, 0, 0, 0, min(params.rate, UINT32_MAX), 0, 0, 0, 0, 0,
+                          min(params.peakrate, UINT32_MAX), params.limit, params.buffer, params.mtu)
     options = nla(TCA_TBF_PARMS, parms)
     if params.rate > UINT32_MAX:
         options += nla(TCA_TBF_RATE64, U64.pack(params.rate))
+    if params.peakrate > UINT32_MAX:
+        options += nla(TCA_TBF_PRATE64, U64.pack(params.peakrate))
     return tcmsg(index, handle, parent) + nla(TCA_KIND, b"tbf\0") + nla(TCA_OPTIONS, options)
 
 
@@ -127,18 +130,22 @@ def kind_of(found: dict[int, bytes]) -> str:
     return text(found.get(TCA_KIND, b""))
 
 
-def tbf_params(found: dict[int, bytes]) -> Optional[tuple[int, int, int]]:
-    """(rate, buffer, limit) of a TBF qdisc's options (the 64-bit rate when present)."""
+def tbf_params(found: dict[int, bytes]) -> Optional[tuple[int, int, int, int, int]]:
+    """(rate, buffer, limit, peakrate, mtu) of a TBF qdisc's options (64-bit rates when present)."""
     options = dict(attrs(found.get(TCA_OPTIONS, b""), 0))
     parms = options.get(TCA_TBF_PARMS)
     if parms is None or len(parms) < TBF_QOPT.size:
         return None
     fields = TBF_QOPT.unpack_from(parms)
-    rate, limit, buffer = fields[5], fields[12], fields[13]
-    rate64 = options.get(TCA_TBF_RATE64)
-    if rate64 is not None and len(rate64) >= U64.size and U64.unpack_from(rate64)[0]:
-        rate = U64.unpack_from(rate64)[0]
-    return rate, buffer, limit
+    rate, peakrate, limit, buffer, mtu = fields[5], fields[11], fields[12], fields[13], fields[14]
+    return _rate64(options, TCA_TBF_RATE64, rate), buffer, limit, _rate64(options, TCA_TBF_PRATE64, peakrate), mtu
+
+
+def _rate64(options: dict[int, bytes], attr: int, rate32: int) -> int:
+    found = options.get(attr)
+    if found is not None and len(found) >= U64.size and U64.unpack_from(found)[0]:
+        return U64.unpack_from(found)[0]
+    return rate32
 
 
 def mirred_redirects(found: dict[int, bytes]) -> list[int]:

@@ -63,9 +63,12 @@ def test_decoders_read_back_what_the_requests_carry():
     msg = _as_message(tc.tbf(3, TBF_HANDLE, TC_H_ROOT, TbfParams(rate=2**33, buffer=7, limit=9)), tc.RTM_NEWQDISC)
     assert tc.tc_header(msg) == (3, TBF_HANDLE, TC_H_ROOT)
     found = tc.tc_attrs(msg)
-    assert tc.kind_of(found) == "tbf" and tc.tbf_params(found) == (2**33, 7, 9)
+    assert tc.kind_of(found) == "tbf" and tc.tbf_params(found) == (2**33, 7, 9, 0, 0)
     small = tc.tc_attrs(_as_message(tc.tbf(3, TBF_HANDLE, TC_H_ROOT, TbfParams(rate=5, buffer=7, limit=9)), 36))
-    assert tc.tbf_params(small) == (5, 7, 9)
+    assert tc.tbf_params(small) == (5, 7, 9, 0, 0)
+    for peak in (2**20, 2**34):  # 32-bit and 64-bit peak rates, each with its bucket in ticks
+        peaked = TbfParams(rate=5, buffer=7, limit=9, peakrate=peak, mtu=11)
+        assert tc.tbf_params(tc.tc_attrs(_as_message(tc.tbf(3, TBF_HANDLE, TC_H_ROOT, peaked), 36))) == tuple(peaked)
     flt = tc.tc_attrs(_as_message(tc.u32_redirect(3, INGRESS_HANDLE, 1, ETH_P_ALL, FLOWID, 42), tc.RTM_NEWTFILTER))
     assert tc.kind_of(flt) == "u32" and tc.mirred_redirects(flt) == [42]
 

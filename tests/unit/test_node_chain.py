@@ -33,7 +33,7 @@ def test_calico_portmap_is_replaced_in_place_and_bandwidth_follows():
 def test_antrea_keeps_order_and_capabilities():
     ours = chain.derive(load("antrea-cni.conflist"))
     assert types(ours) == ["antrea", "cnichain-portmap", "cnichain-bandwidth"]
-    assert ours["plugins"][2]["capabilities"] == {"bandwidth": True}
+    assert ours["plugins"][2]["capabilities"] == {"bandwidth": True, "io.kubernetes.cri.pod-annotations": True}
 
 
 def test_flannel_and_a_single_plugin_conf():
@@ -55,8 +55,32 @@ def test_every_corpus_conflist_derives_without_losing_plugins():
         assert len(ours["plugins"]) >= len(primary["plugins"])
         for before, after in zip(primary["plugins"], ours["plugins"]):
             assert after["type"] in (before["type"], "cnichain-" + before["type"])
-            assert {k: v for k, v in after.items() if k != "type"} == {k: v for k, v in before.items() if k != "type"}
+            assert {k: v for k, v in after.items() if k not in ("type", "capabilities")} == \
+                {k: v for k, v in before.items() if k not in ("type", "capabilities")}
+            caps = before.get("capabilities")
+            if isinstance(caps, dict):  # kept, plus the companions of what it asks for
+                assert after["capabilities"].items() >= caps.items()
+                extra = set(after["capabilities"]) - set(caps)
+                assert extra <= set(chain.COMPANION_CAPABILITIES.get(before["type"], ())[1:])
         assert not any(t in chain.REPLACED for t in types(ours))
+
+
+def test_a_replaced_bandwidth_that_takes_the_kubelets_rate_also_takes_the_pods_annotations():
+    primary = load("k3s-flannel.conflist")
+    bandwidth = next(p for p in chain.derive(primary)["plugins"] if p["type"] == "cnichain-bandwidth")
+    assert bandwidth["capabilities"] == {"bandwidth": True, "io.kubernetes.cri.pod-annotations": True}
+    static = {"cniVersion": "1.0.0", "name": "n", "plugins": [
+        {"type": "bridge"}, {"type": "bandwidth", "ingressRate": 1000, "ingressBurst": 1000}]}
+    assert "capabilities" not in chain.derive(static)["plugins"][1]  # a static shape asks for nothing
+
+
+def test_our_conflists_and_the_registry_name_the_capability_bandwidth_reads():
+    from cnichain.plugins import registry
+    from cnichain.plugins.bandwidth import pod_qos
+
+    bandwidth = next(t for t in registry.TYPES if t.name == "bandwidth")
+    assert pod_qos.CAPABILITY in bandwidth.capabilities
+    assert chain.COMPANION_CAPABILITIES["bandwidth"] == bandwidth.capabilities
 
 
 def test_primary_is_the_lowest_sorted_config_that_is_not_ours():
