@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Optional
+from typing import Any, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -167,7 +167,7 @@ def measure_pod(lab: Lab, runtime: Runtime, conf: ConfList, client: str, impl: s
                 burst_mode: str, seconds: int) -> list[dict]:
     """Attach one pod shaped at ``rate`` with the runtime's burst, measure both directions, detach."""
     burst = BURSTS[burst_mode]
-    base = {"impl": impl, "burst_mode": burst_mode, "burst_bits": burst, "rate_bps": rate}
+    base: dict[str, Any] = {"impl": impl, "burst_mode": burst_mode, "burst_bits": burst, "rate_bps": rate}
     pod = lab.netns(f"{impl[:3]}{idx}")
     att = Attachment(f"shape{impl[:3]}{idx}", pod, "eth0", capability_args={"bandwidth": {
         "ingressRate": rate, "ingressBurst": burst, "egressRate": rate, "egressBurst": burst}})
@@ -181,7 +181,10 @@ def measure_pod(lab: Lab, runtime: Runtime, conf: ConfList, client: str, impl: s
             qdiscs = qdisc_lines(lab, lab.node, "node") + qdisc_lines(lab, pod, "pod")
             idle_out = lab.run(client, "ping", "-n", "-i", str(PING_INTERVAL), "-c", str(IDLE_PINGS), "-w", "10",
                                pod_ip, check=False, timeout=20).stdout
-            idle = rtt_cell(ping_rtts(idle_out))
+            try:
+                idle = rtt_cell(ping_rtts(idle_out))
+            except ReadingError as exc:  # no idle RTT: no flow would be readable either
+                return [dict(base, direction=d, qdisc=qdiscs, error=f"idle ping: {exc}") for d in DIRECTIONS]
             rows = []
             for direction in DIRECTIONS:
                 row = dict(base, direction=direction, qdisc=qdiscs, rtt_idle=idle)
