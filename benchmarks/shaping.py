@@ -62,6 +62,7 @@ PING_INTERVAL = 0.05
 IDLE_PINGS = 20
 IPERF_PORT = 5201
 _RTT = re.compile(r"\btime=([0-9.]+) ms")
+_SENT = re.compile(r"(\d+) packets transmitted, (\d+) received")
 
 
 class ReadingError(RuntimeError):
@@ -96,15 +97,28 @@ def received_bps(report: dict) -> float:
 
 
 def ping_rtts(output: str) -> list[float]:
-    """The RTT (ms) of every reply ping printed."""
+    """The RTT (ms) of every reply ping printed; none at all is an unreadable run."""
     rtts = [float(m) for m in _RTT.findall(output)]
     if not rtts:
         raise ReadingError(f"ping printed no replies: {output.strip()[-200:]!r}")
     return rtts
 
 
-def rtt_cell(rtts: list[float]) -> dict:
-    return {"n": len(rtts), "p50_ms": median(rtts), "p95_ms": p95(rtts)}
+def ping_cell(output: str) -> dict:
+    """n, sent, p50 and p95 (ms) of one ping run.
+
+    Every probe lost is a reading too, when ping's statistics line says so: under a queue bounded
+    by bytes alone the replies come back later than the run's deadline.  Then the RTTs are None
+    (longer than the deadline), never zero.  No statistics line at all is unreadable.
+    """
+    stats = _SENT.search(output)
+    if stats is None:
+        raise ReadingError(f"ping printed no statistics: {output.strip()[-200:]!r}")
+    sent, received = int(stats.group(1)), int(stats.group(2))
+    if received == 0:
+        return {"n": 0, "sent": sent, "p50_ms": None, "p95_ms": None}
+    rtts = ping_rtts(output)
+    return {"n": len(rtts), "sent": sent, "p50_ms": median(rtts), "p95_ms": p95(rtts)}
 
 
 # -- one pod -----------------------------------------------------------------------------------------
@@ -160,7 +174,7 @@ def flow(lab: Lab, pod: str, client: str, pod_ip: str, seconds: int, reverse: bo
         raise ReadingError(f"iperf3 printed no JSON: {exc}") from exc
     intervals = receiver_intervals(report, reverse)
     return {"first_s_bps": intervals[0], "whole_bps": received_bps(report), "intervals_bps": intervals,
-            "rtt_load": rtt_cell(ping_rtts(ping.stdout))}
+            "rtt_load": ping_cell(ping.stdout)}
 
 
 def measure_pod(lab: Lab, runtime: Runtime, conf: ConfList, client: str, impl: str, idx: int, rate: int,
@@ -182,7 +196,9 @@ def measure_pod(lab: Lab, runtime: Runtime, conf: ConfList, client: str, impl: s
             idle_out = lab.run(client, "ping", "-n", "-i", str(PING_INTERVAL), "-c", str(IDLE_PINGS), "-w", "10",
                                pod_ip, check=False, timeout=20).stdout
             try:
-                idle = rtt_cell(ping_rtts(idle_out))
+                idle = ping_cell(idle_out)
+                if not idle["n"]:
+                    raise ReadingError(f"the idle pod answered none of {idle['sent']} pings")
             except ReadingError as exc:  # no idle RTT: no flow would be readable either
                 return [dict(base, direction=d, qdisc=qdiscs, error=f"idle ping: {exc}") for d in DIRECTIONS]
             rows = []
@@ -203,6 +219,11 @@ def measure_pod(lab: Lab, runtime: Runtime, conf: ConfList, client: str, impl: s
         lab.delete_netns(pod)
 
 
+def _ratio(ours: Optional[float], ref: Optional[float]) -> Optional[float]:
+    """None when either RTT is beyond its ping's deadline (every probe lost)."""
+    return None if ours is None or ref is None else ours / ref
+
+
 def ratios(rows: list[dict]) -> list[dict]:
     """ours/reference of each reading, for every cell both sides measured."""
     cells = {(r["impl"], r["burst_mode"], r["rate_bps"], r["direction"]): r for r in rows if "error" not in r}
@@ -214,8 +235,8 @@ def ratios(rows: list[dict]) -> list[dict]:
         out.append({"burst_mode": mode, "rate_bps": rate, "direction": direction,
                     "first_s": ours["first_s_bps"] / ref["first_s_bps"],
                     "whole": ours["whole_bps"] / ref["whole_bps"],
-                    "rtt_load_p50": ours["rtt_load"]["p50_ms"] / ref["rtt_load"]["p50_ms"],
-                    "rtt_load_p95": ours["rtt_load"]["p95_ms"] / ref["rtt_load"]["p95_ms"]})
+                    "rtt_load_p50": _ratio(ours["rtt_load"]["p50_ms"], ref["rtt_load"]["p50_ms"]),
+                    "rtt_load_p95": _ratio(ours["rtt_load"]["p95_ms"], ref["rtt_load"]["p95_ms"])})
     return out
 
 
@@ -251,10 +272,18 @@ def run(rates_mbit: list[float], burst_modes: list[str], seconds: int, impls: li
 
 # -- the table ----------------------------------------------------------------------------------------
 
+def _ms(value: Optional[float]) -> str:
+    return f"{'lost':>8}" if value is None else f"{value:>8.2f}"
+
+
+def _x(value: Optional[float]) -> str:
+    return f"{'-':>8}" if value is None else f"{value:>7.2f}x"
+
+
 def table(report: dict) -> str:
     lines = [f"shaping bench: {report['seconds']} s flows, kernel {report['kernel']}, goodput (x = of the rate)",
              f"{'impl':<9} {'burst':<10} {'rate':>5} {'dir':<7} {'first 1 s':>17} {'whole flow':>17} "
-             f"{'idle p50':>8} {'load p50':>8} {'load p95':>8}"]
+             f"{'idle p50':>8} {'load p50':>8} {'load p95':>8}  (ms; lost: no reply within the flow)"]
     for r in report["rows"]:
         head = f"{r['impl']:<9} {r['burst_mode']:<10} {r['rate_bps'] / 1e6:>5g} {r['direction']:<7}"
         if "error" in r:
@@ -262,13 +291,13 @@ def table(report: dict) -> str:
             continue
         lines.append(f"{head} {r['first_s_bps'] / 1e6:>8.1f} ({r['first_s_ratio']:>5.1f}x) "
                      f"{r['whole_bps'] / 1e6:>8.2f} ({r['whole_ratio']:>5.2f}x) "
-                     f"{r['rtt_idle']['p50_ms']:>8.3f} {r['rtt_load']['p50_ms']:>8.2f} {r['rtt_load']['p95_ms']:>8.2f}")
+                     f"{r['rtt_idle']['p50_ms']:>8.3f} {_ms(r['rtt_load']['p50_ms'])} {_ms(r['rtt_load']['p95_ms'])}")
     if report["ratios"]:
         lines += ["", "ours/reference, same run", f"{'burst':<10} {'rate':>5} {'dir':<7} {'first 1 s':>9} {'whole':>6} "
                   f"{'load p50':>8} {'load p95':>8}"]
         for c in report["ratios"]:
             lines.append(f"{c['burst_mode']:<10} {c['rate_bps'] / 1e6:>5g} {c['direction']:<7} {c['first_s']:>8.2f}x "
-                         f"{c['whole']:>5.2f}x {c['rtt_load_p50']:>7.2f}x {c['rtt_load_p95']:>7.2f}x")
+                         f"{c['whole']:>5.2f}x {_x(c['rtt_load_p50'])} {_x(c['rtt_load_p95'])}")
     seen = set()
     lines += ["", "qdiscs as installed (first rate of each side and burst)"]
     for r in report["rows"]:

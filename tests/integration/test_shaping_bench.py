@@ -32,7 +32,7 @@ def test_quick_shaping_bench_reports_real_readings_for_both_directions():
         assert row["whole_bps"] > 0 and row["whole_ratio"] == pytest.approx(row["whole_bps"] / RATE)
         assert row["first_s_ratio"] == pytest.approx(row["first_s_bps"] / RATE)
         for cell in (row["rtt_idle"], row["rtt_load"]):
-            assert cell["n"] >= 1 and 0 < cell["p50_ms"] <= cell["p95_ms"]
+            assert cell["sent"] >= cell["n"] >= 1 and 0 < cell["p50_ms"] <= cell["p95_ms"]
         # the shaping as the kernel holds it: a TBF at the rate on each side (ours: host veth, pod eth0)
         tbfs = [q for q in row["qdisc"] if " tbf " in q and "rate 10Mbit" in q]
         assert {q.split(":")[0] for q in tbfs} == {"node", "pod"}, row["qdisc"]
@@ -48,4 +48,8 @@ def test_a_reading_of_nothing_is_an_error_never_a_zero(empty):
     with pytest.raises(shaping.ReadingError):
         shaping.received_bps(empty)
     with pytest.raises(shaping.ReadingError):
-        shaping.ping_rtts("PING 10.77.0.2 56(84) bytes of data.\n\n--- 0 received, 100% packet loss ---\n")
+        shaping.ping_cell("PING 10.77.0.2 (10.77.0.2) 56(84) bytes of data.\n")  # killed before its statistics
+    # every probe lost is a reading (replies later than the deadline), with no RTT rather than a zero one
+    lost = shaping.ping_cell("PING 10.77.0.2 56(84) bytes of data.\n\n--- 10.77.0.2 ping statistics ---\n"
+                             "228 packets transmitted, 0 received, 100% packet loss, time 12970ms\n")
+    assert lost == {"n": 0, "sent": 228, "p50_ms": None, "p95_ms": None}
