@@ -241,8 +241,12 @@ def ratios(rows: list[dict]) -> list[dict]:
 
 
 def run(rates_mbit: list[float], burst_modes: list[str], seconds: int, impls: list[str],
-        reference_dir: Optional[str], prefix: str = "shapeb") -> dict:
-    """The whole bench; the report (schema ``cnichain-shaping/1``)."""
+        reference_dir: Optional[str], prefix: str = "shapeb", reference: str = "") -> dict:
+    """The whole bench; the report (schema ``cnichain-shaping/1``).
+
+    ``reference`` names the reference in the report (``debian:sid 1.9.1+ds1-1``): never its
+    directory, a path of the machine that ran it.
+    """
     bin_dir = tempfile.mkdtemp(prefix=f"{prefix}-bin-")
     rows: list[dict] = []
     try:
@@ -267,7 +271,7 @@ def run(rates_mbit: list[float], burst_modes: list[str], seconds: int, impls: li
         shutil.rmtree(bin_dir, ignore_errors=True)
     return {"schema": SCHEMA, "run_id": run_id, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "kernel": platform.release(), "seconds": seconds, "impls": list(impls),
-            "reference_dir": reference_dir, "rows": rows, "ratios": ratios(rows)}
+            "reference": reference, "rows": rows, "ratios": ratios(rows)}
 
 
 # -- the table ----------------------------------------------------------------------------------------
@@ -330,7 +334,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     if "reference" in args.impls and not (reference_dir and os.path.isfile(os.path.join(reference_dir, "bandwidth"))):
         print(f"no reference plugins at {args.reference_dir} (./run unpacks debian:sid)", file=sys.stderr)
         return 2
-    report = run(args.rates, args.bursts, args.seconds, args.impls, reference_dir)
+    label = ""
+    if reference_dir:
+        suite = args.reference_dir[len(debcache.SUITE_PREFIX):] if args.reference_dir.startswith(debcache.SUITE_PREFIX) else ""
+        label = f"{args.reference_dir} {debcache.version(suite, 'containernetworking-plugins') or ''}".strip() if suite \
+            else os.path.basename(os.path.normpath(reference_dir))
+    report = run(args.rates, args.bursts, args.seconds, args.impls, reference_dir, reference=label)
     if args.save:
         with open(RESULTS, "w") as fh:
             json.dump(report, fh, indent=1)
