@@ -47,7 +47,7 @@ from cnichain.benchmarks.measure import median, p95  # noqa: E402
 from cnichain.node import launchers  # noqa: E402
 from cnichain.podstate.runtime import Attachment, ConfList, Runtime  # noqa: E402
 from cnichain.tools import debcache  # noqa: E402
-from cnichain.tools.lab import Lab, isolate_conflist, wait_listening  # noqa: E402
+from cnichain.tools.lab import Lab, isolate_conflist, reap, wait_listening  # noqa: E402
 
 SCHEMA = "cnichain-shaping/1"
 RESULTS = os.path.join(HERE, "results", "shaping.json")
@@ -163,11 +163,7 @@ def flow(lab: Lab, pod: str, client: str, pod_ip: str, seconds: int, reverse: bo
                 bulk.kill()
                 bulk.wait()
     finally:
-        try:
-            srv.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            srv.kill()
-            srv.wait()
+        reap(srv)
     try:
         report = json.loads(out or "{}")
     except ValueError as exc:

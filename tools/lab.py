@@ -216,11 +216,16 @@ def iperf_rate(server: list[str], client: list[str], server_ip: str, reverse: bo
             raise RuntimeError(f"iperf3: {data['error']}")
         return float(data["end"]["sum_received"]["bits_per_second"])
     finally:
-        try:
-            srv.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            srv.kill()
-            srv.wait()
+        reap(srv)
+
+
+def reap(proc: subprocess.Popen, timeout: float = 10) -> None:
+    """Wait for a one-off server (``iperf3 -1``) to end after its client, killing it if it lingers."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def rate_within(measure: Callable[[], float], target: float, tolerance: float = 0.10,

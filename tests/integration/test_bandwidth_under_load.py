@@ -21,7 +21,7 @@ import pytest
 
 from cnichain.plugins.bandwidth.plan import CONTAINERD_BURST, CRIO_BURST
 from cnichain.podstate.runtime import Attachment, ConfList
-from cnichain.tools.lab import isolate_conflist, wait_listening
+from cnichain.tools.lab import isolate_conflist, reap, wait_listening
 
 pytestmark = pytest.mark.integration
 
@@ -50,11 +50,7 @@ def _flow(lab, server_ns: str, client_ns: str, server_ip: str, reverse: bool, pi
                        check=False, timeout=SECONDS + 20)
         out, _ = client.communicate(timeout=SECONDS + 30)
     finally:
-        try:
-            srv.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            srv.kill()
-            srv.wait()
+        reap(srv)
     data = json.loads(out or "{}")
     assert "error" not in data, data.get("error")
     # The receiver's own counts: the client's with -R, the server's otherwise.
