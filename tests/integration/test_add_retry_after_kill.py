@@ -33,14 +33,20 @@ pytestmark = pytest.mark.integration
 
 # host-local's points are fractions of bridge's ADD time (its delegate is not timed on its own);
 # the shared ones (0.3 of bridge's time and later) found it done every time, so it gets earlier ones.
-FRACTIONS = dict(KILL_FRACTIONS, **{"host-local": (0.0, 0.1, 0.2, 0.3)})
+# Every plugin's first point is 0: killed before it could do anything, so each run has a kill that
+# landed however fast the plugin is (a warm tuning ADD takes a few ms).
+FRACTIONS = {plugin: (0.0,) + tuple(f for f in points if f) for plugin, points in
+             dict(KILL_FRACTIONS, **{"host-local": (0.0, 0.1, 0.2, 0.3)}).items()}
 
 # The stand-in for one plugin's first ADD of a container (other execs run the real one): the real
-# plugin in its own process group, killed after $KILL_AFTER seconds unless it is done by then; in
-# the warm pass ($AGENT_SOCKET set) the kill waits for the agent's worker serving this request
-# (the one in this namespace holding the peer of the shim's connection), stops it, kills the shim
-# and then the worker, so no shim runs the request cold.  One JSON line per kill goes to $KILL_RECORD; then the real plugin runs again with the same
-# stdin, as the shim's cold fallback does after a worker died.
+# plugin in its own process group, killed $KILL_AFTER seconds after it may start working unless it
+# is done by then.  In the warm pass ($AGENT_SOCKET set) every worker of the agent is stopped
+# before the request exists; the one the request reaches (holding the peer of the shim's
+# connection, or with the agent's hand-over waiting in its channel) is the victim, the others go
+# on, and the delay counts from the victim's resumption; at the kill point it is stopped, the shim
+# killed and then the worker, so no shim runs the request cold.  One JSON line per kill goes to
+# $KILL_RECORD; then the real plugin runs again with the same stdin, as the shim's cold fallback
+# does after a worker died.
 RECORDED_KILL = """#!{python}
 import json, os, signal, subprocess, sys, time
 real = os.path.join({real!r}, os.path.basename(sys.argv[0]))
@@ -66,19 +72,37 @@ def state():
     elems = [f"map {{m['map']['name']}}: {{json.dumps(e)}}" for m in nft if "map" in m for e in m["map"].get("elem", [])]
     return sorted(links + qdiscs + rules + elems)
 
-def agent_workers():
+def agent_pids():
     sock = os.environ.get("AGENT_SOCKET", "")
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc") if sock else []):
         try:
             with open(f"/proc/{{pid}}/cmdline", "rb") as fh:
-                if sock.encode() not in fh.read().split(b"\\0"):
-                    continue
+                if sock.encode() in fh.read().split(b"\\0"):
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+def agent_workers(agents):
+    found = []
+    for pid in agents:
+        try:
             with open(f"/proc/{{pid}}/task/{{pid}}/children") as fh:
                 found += [int(c) for c in fh.read().split()]
         except OSError:
             pass
     return found
+
+def unix_sockets(net=None):
+    # (inode, peer inode, queued) of every unix socket of a network namespace (ss lists its own).
+    argv = ["ss", "-x", "-a", "-H"]
+    rows = []
+    for line in out(*(["nsenter", "--net=" + net] + argv if net else argv)).splitlines():
+        cols = line.split()
+        if len(cols) >= 8:
+            rows.append((cols[5], cols[7], cols[2] != "0"))
+    return rows
 
 def sockets(pid):
     found = set()
@@ -91,58 +115,66 @@ def sockets(pid):
             found.add(link[8:-1])
     return found
 
-def serving(shim, workers):
-    # The worker holding the peer of the shim's connection (listed here, in the shim's namespace).
+before = state()
+stopped = set()
+
+def stop_workers():
+    # Every worker of the session agent is stopped before the request exists (and any it forks
+    # meanwhile as soon as it is seen), so none can finish the request before it is caught.
+    for pid in agent_workers(agents):
+        if pid in stopped or pid in (os.getpid(), os.getppid()):  # a delegate's stand-in may be a worker's child
+            continue
+        try:
+            os.kill(pid, signal.SIGSTOP)
+            stopped.add(pid)
+        except ProcessLookupError:
+            pass
+
+def holding(shim):
+    # The stopped worker this request went to: it holds the peer of the shim's connection, or the
+    # agent's hand-over waits in its channel (tests run one at a time: no other request is queued).
     try:
         mine = sockets(shim)
     except OSError:
-        return None
-    peers = set()
-    for line in out("ss", "-x", "-a", "-H").splitlines():
-        cols = line.split()
-        if len(cols) >= 8 and cols[5] in mine:
-            peers.add(cols[7])
-    for pid in workers:
+        mine = set()
+    peers = {{peer for inode, peer, _ in unix_sockets() if inode in mine}}
+    # The channels live in the agent's namespace, listed there.
+    queued = {{inode for inode, _, waiting in unix_sockets(f"/proc/{{agents[0]}}/ns/net") if waiting}}
+    for pid in stopped:
         try:
-            if sockets(pid) & peers:
+            if sockets(pid) & (peers | queued):
                 return pid
         except OSError:
             pass
     return None
 
-before = state()
-workers = agent_workers()
-here = os.stat("/proc/self/ns/net").st_ino
+agents = agent_pids()
+warm = bool(agents)
+if warm:
+    stop_workers()
 data = sys.stdin.buffer.read()
 p = subprocess.Popen([real], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                      start_new_session=True)
 p.stdin.write(data)
 p.stdin.close()
+victim = None
+deadline = time.monotonic() + 5.0
+while warm and victim is None and p.poll() is None and time.monotonic() < deadline:
+    stop_workers()
+    victim = holding(p.pid)
+    time.sleep(0.001)
+for pid in stopped - {{victim}}:
+    os.kill(pid, signal.SIGCONT)
+if victim:
+    os.kill(victim, signal.SIGCONT)  # the kill point counts from the moment the worker may work
 try:
     p.wait(timeout=float(os.environ["KILL_AFTER"]))
 except subprocess.TimeoutExpired:
     pass
-victim = None
-for _ in range(20000 if workers else 0):  # warm: catch the worker while it serves this request (bounded)
-    if p.poll() is not None:
-        break
-    away = []
-    for pid in workers:
-        if pid in (os.getpid(), os.getppid()):  # a delegate's stand-in may itself be an agent's child
-            continue
-        try:
-            if os.stat(f"/proc/{{pid}}/ns/net").st_ino == here:
-                os.kill(pid, signal.SIGSTOP)
-                away.append(pid)
-        except (OSError, ProcessLookupError):
-            pass
-    if away:
-        victim = serving(p.pid, away)
-        for pid in away:
-            if pid != victim:
-                os.kill(pid, signal.SIGCONT)
-        if victim:
-            break
+if p.poll() is not None:
+    victim = None  # done before the kill: the worker that served it is not touched
+elif victim:
+    os.kill(victim, signal.SIGSTOP)  # it cannot finish while the shim dies
 try:
     os.killpg(p.pid, signal.SIGKILL)
 except ProcessLookupError:
