@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -43,11 +42,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)  # the checkout: cnichain/ links to the top-level packages
 
-from cnichain.benchmarks.measure import median, p95  # noqa: E402
+from cnichain.benchmarks.loadflow import (PING_INTERVAL, ReadingError, bulk_beside_ping,  # noqa: E402
+                                          ping_cell)
 from cnichain.node import launchers  # noqa: E402
 from cnichain.podstate.runtime import Attachment, ConfList, Runtime  # noqa: E402
 from cnichain.tools import debcache  # noqa: E402
-from cnichain.tools.lab import Lab, isolate_conflist, reap, wait_listening  # noqa: E402
+from cnichain.tools.lab import Lab, isolate_conflist  # noqa: E402
 
 SCHEMA = "cnichain-shaping/1"
 RESULTS = os.path.join(HERE, "results", "shaping.json")
@@ -58,67 +58,8 @@ DIRECTIONS = ("ingress", "egress")  # into the pod, out of the pod
 CLIENT_ADDR, NODE_WIRE_ADDR = "10.78.0.2", "10.78.0.1"
 # One network per implementation, so the two bridges and their IPAM never meet.
 NETWORKS = {"ours": ("shape-ours", "cni0", "10.77.0.0/24"), "reference": ("shape-ref", "cni1", "10.79.0.0/24")}
-PING_INTERVAL = 0.05
 IDLE_PINGS = 20
 IPERF_PORT = 5201
-_RTT = re.compile(r"\btime=([0-9.]+) ms")
-_SENT = re.compile(r"(\d+) packets transmitted, (\d+) received")
-
-
-class ReadingError(RuntimeError):
-    """A tool said nothing we could read: a row must fail, never report a zero."""
-
-
-# -- readings: parsers of what iperf3 and ping printed ---------------------------------------------
-
-def receiver_intervals(report: dict, reverse: bool) -> list[float]:
-    """Bits/s of each interval as the receiver counted them.
-
-    The client's intervals are the receiver's only with ``-R``; without it the receiver is the
-    server, whose report ``--get-server-output`` puts in ``server_output_json`` (when the server
-    runs with ``-J``).  A sender's
-    first second counts what went into its socket buffer, not what arrived.
-    """
-    if "error" in report:
-        raise ReadingError(f"iperf3: {report['error']}")
-    side = report if reverse else report.get("server_output_json") or {}
-    rates = [float(i["sum"]["bits_per_second"]) for i in side.get("intervals", []) if "sum" in i]
-    if not rates or rates[0] <= 0:
-        raise ReadingError(f"iperf3 reported no receiver intervals (reverse={reverse})")
-    return rates
-
-
-def received_bps(report: dict) -> float:
-    """The whole flow's goodput as the receiver counted it."""
-    value = float(((report.get("end") or {}).get("sum_received") or {}).get("bits_per_second") or 0.0)
-    if value <= 0:
-        raise ReadingError("iperf3 reported no received bytes")
-    return value
-
-
-def ping_rtts(output: str) -> list[float]:
-    """The RTT (ms) of every reply ping printed; none at all is an unreadable run."""
-    rtts = [float(m) for m in _RTT.findall(output)]
-    if not rtts:
-        raise ReadingError(f"ping printed no replies: {output.strip()[-200:]!r}")
-    return rtts
-
-
-def ping_cell(output: str) -> dict:
-    """n, sent, p50 and p95 (ms) of one ping run.
-
-    Every probe lost is a reading too, when ping's statistics line says so: under a queue bounded
-    by bytes alone the replies come back later than the run's deadline.  Then the RTTs are None
-    (longer than the deadline), never zero.  No statistics line at all is unreadable.
-    """
-    stats = _SENT.search(output)
-    if stats is None:
-        raise ReadingError(f"ping printed no statistics: {output.strip()[-200:]!r}")
-    sent, received = int(stats.group(1)), int(stats.group(2))
-    if received == 0:
-        return {"n": 0, "sent": sent, "p50_ms": None, "p95_ms": None}
-    rtts = ping_rtts(output)
-    return {"n": len(rtts), "sent": sent, "p50_ms": median(rtts), "p95_ms": p95(rtts)}
 
 
 # -- one pod -----------------------------------------------------------------------------------------
@@ -143,34 +84,10 @@ def qdisc_lines(lab: Lab, ns: str, where: str) -> list[str]:
 
 
 def flow(lab: Lab, pod: str, client: str, pod_ip: str, seconds: int, reverse: bool) -> dict:
-    """One bulk TCP flow between the peer and the pod with a ping beside it; the readings."""
-    srv = lab.popen(pod, "iperf3", "-s", "-1", "-J", "-B", pod_ip, "-p", str(IPERF_PORT),
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_listening(lab.argv(pod), IPERF_PORT)
-        argv = ["iperf3", "-c", pod_ip, "-p", str(IPERF_PORT), "-t", str(seconds), "-i", "1", "-J",
-                "--get-server-output", "--connect-timeout", "3000"] + (["-R"] if reverse else [])
-        bulk = lab.popen(client, *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True)
-        try:
-            time.sleep(0.3)  # the connection is up and the bulk flow under way before the first ping
-            count = max(int((seconds - 0.8) / PING_INTERVAL), 5)
-            ping = lab.run(client, "ping", "-n", "-i", str(PING_INTERVAL), "-c", str(count), "-w", str(seconds + 5),
-                           pod_ip, check=False, timeout=seconds + 15)
-            out, _ = bulk.communicate(timeout=seconds + 30)
-        finally:
-            if bulk.poll() is None:
-                bulk.kill()
-                bulk.wait()
-    finally:
-        reap(srv)
-    try:
-        report = json.loads(out or "{}")
-    except ValueError as exc:
-        raise ReadingError(f"iperf3 printed no JSON: {exc}") from exc
-    intervals = receiver_intervals(report, reverse)
-    return {"first_s_bps": intervals[0], "whole_bps": received_bps(report), "intervals_bps": intervals,
-            "rtt_load": ping_cell(ping.stdout)}
+    """One bulk TCP flow between the peer and the pod with a ping beside it; the row's readings."""
+    got = bulk_beside_ping(lab.argv(pod), lab.argv(client), pod_ip, seconds, reverse, port=IPERF_PORT)
+    return {"first_s_bps": got.first_s_bps, "whole_bps": got.whole_bps, "intervals_bps": got.intervals_bps,
+            "rtt_load": got.rtt_load.as_dict()}
 
 
 def measure_pod(lab: Lab, runtime: Runtime, conf: ConfList, client: str, impl: str, idx: int, rate: int,
@@ -192,9 +109,10 @@ def measure_pod(lab: Lab, runtime: Runtime, conf: ConfList, client: str, impl: s
             idle_out = lab.run(client, "ping", "-n", "-i", str(PING_INTERVAL), "-c", str(IDLE_PINGS), "-w", "10",
                                pod_ip, check=False, timeout=20).stdout
             try:
-                idle = ping_cell(idle_out)
-                if not idle["n"]:
-                    raise ReadingError(f"the idle pod answered none of {idle['sent']} pings")
+                cell = ping_cell(idle_out)
+                if not cell.n:
+                    raise ReadingError(f"the idle pod answered none of {cell.sent} pings")
+                idle = cell.as_dict()
             except ReadingError as exc:  # no idle RTT: no flow would be readable either
                 return [dict(base, direction=d, qdisc=qdiscs, error=f"idle ping: {exc}") for d in DIRECTIONS]
             rows = []

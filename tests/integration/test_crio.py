@@ -27,6 +27,7 @@ from cnichain.podstate.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common.version import at_least
 from cnichain.plugins.bridge.rules import MASQ_TABLE
 from cnichain.plugins.portmap import names as portmap_names
+from tests.integration.bandwidth_lab import flow_as_asked
 from tests.integration.footprint import difference, footprint, leftovers
 
 pytestmark = pytest.mark.integration
@@ -70,6 +71,27 @@ def pod_tbf(lab, netns: str, ifname: str = "eth0") -> bool:
 def tbf_on_host_veth(lab, result: dict) -> bool:
     veth = next(i["name"] for i in result["interfaces"] if not i.get("sandbox") and i["name"].startswith("veth"))
     return "tbf" in lab.run(lab.node, "tc", "qdisc", "show", "dev", veth).stdout
+
+
+def test_a_crio_pod_gets_its_rates_from_the_first_byte_with_a_ping_beside_bulk(lab, make_runtime):
+    """What CRI-O sends for a pod with only the two Kubernetes annotations (each direction's rate
+    with its (2^32-1)*8-1 bit burst) shapes from the first second, with a ping beside the bulk
+    flow answered from a time-bounded queue; different rates per direction so a swap fails."""
+    c = node(lab, make_runtime, {"10-cnichain.conflist": default_chain("1.0.0")})
+    p = pod(lab, 1, ingress_rate=10 * MBIT, ingress_burst=crio.BURST, egress_rate=6 * MBIT, egress_burst=crio.BURST)
+    result = c.run_pod(p)
+    pod_ip = result["ips"][0]["address"].split("/")[0]
+    peer = lab.netns("peer")
+    lab.wire(peer, ["10.78.0.2/24"], ["10.78.0.1/24"], "peer")
+    lab.run(peer, "ip", "route", "add", "10.22.0.0/16", "via", "10.78.0.1")
+    seen = {}
+    for direction, target, reverse in (("into the pod", p.ingress_rate, False), ("out of the pod", p.egress_rate, True)):
+        seen[direction] = flow_as_asked(lab.argv(p.netns), lab.argv(peer), pod_ip, target, reverse)
+    print(seen)  # shown with -s / -rP
+    c.stop_pod(p)
+    lab.delete_netns(peer)  # and the lab's own wire with it
+    assert all(ok for ok, _ in seen.values()), seen
+    assert leftovers(footprint(lab)) == {}
 
 
 @pytest.mark.parametrize("version", ["0.4.0", "1.0.0", "1.1.0"])
