@@ -37,7 +37,7 @@ from cnichain.common.errors import plugin_error
 from cnichain.common.kernel_errors import KernelError, failures
 
 from . import tc
-from .plan import TbfParams
+from .plan import AqmParams, TbfParams
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -51,6 +51,12 @@ CLSACT_INGRESS = 0xFFFFFFF2  # filter parent: clsact's ingress hook
 CLSACT_EGRESS = 0xFFFFFFF3
 TBF_HANDLE = 0x00010000  # 1:
 INGRESS_HANDLE = 0xFFFF0000  # ffff:
+TBF_CLASS = TBF_HANDLE | 1  # 1:1, the TBF's one class: where its child qdisc hangs
+AQM_HANDLE = 0x00100000  # 10:
+AQM_KIND = "fq_codel"
+# How a kernel without fq_codel refuses it: ENOENT ("Specified qdisc kind is unknown"), or
+# EOPNOTSUPP where the kind exists but cannot be a child here.
+AQM_NOT_OFFERED = (errno.ENOENT, errno.EOPNOTSUPP)
 FLOWID = 0x00010001  # 1:1
 ETH_P_ALL = 0x0003
 FILTER_PRIO = 1
@@ -165,6 +171,20 @@ def add_tbf(host: Any, index: int, params: TbfParams) -> None:
         raise KernelError.of(exc, "create qdisc") from None
 
 
+def add_aqm(host: Any, index: int, params: AqmParams) -> bool:
+    """fq_codel with ``params`` as the child of the root TBF on ``index`` (``tc qdisc add dev
+    <index> parent 1:1 handle 10: fq_codel ...``); False, with the TBF keeping its own FIFO, when
+    the kernel refuses the kind.  Deleting the TBF deletes it."""
+    try:
+        host.rtnl.request(tc.RTM_NEWQDISC, rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL,
+                          tc.fq_codel(index, AQM_HANDLE, TBF_CLASS, params))
+    except failures() as exc:
+        if netlink.netlink_errno(exc) in AQM_NOT_OFFERED:
+            return False
+        raise KernelError.of(exc, "create aqm qdisc") from None
+    return True
+
+
 def add_ingress_qdisc(host: Any, index: int) -> None:
     try:
         host.rtnl.request(tc.RTM_NEWQDISC, rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL,
@@ -199,7 +219,7 @@ def delete_qdisc(host: Any, index: int, handle: int, parent: int, kind: str = ""
     return True
 
 
-Qdisc = namedtuple("Qdisc", "kind handle parent tbf", defaults=(None,))
+Qdisc = namedtuple("Qdisc", "kind handle parent tbf aqm", defaults=(None, None))
 
 
 def _qdisc_dump(host: Any) -> list[bytes]:
@@ -222,12 +242,16 @@ def qdiscs(host: Any, index: int) -> list[Qdisc]:
             continue
         found = tc.tc_attrs(msg)
         kind = tc.kind_of(found)
-        params = None
+        params, aqm = None, None
         if kind == "tbf":
             decoded = tc.tbf_params(found)
             if decoded is not None:
                 params = TbfParams(*decoded)
-        out.append(Qdisc(kind=kind, handle=handle, parent=parent, tbf=params))
+        elif kind == AQM_KIND:
+            child = tc.fq_codel_params(found)
+            if child is not None:
+                aqm = AqmParams(*child)
+        out.append(Qdisc(kind=kind, handle=handle, parent=parent, tbf=params, aqm=aqm))
     return out
 
 
@@ -236,6 +260,12 @@ def root_tbf(host: Any, index: int) -> Optional[Qdisc]:
         if q.kind == "tbf" and q.parent == TC_H_ROOT:
             return q
     return None
+
+
+def tbf_child(host: Any, index: int) -> Optional[Qdisc]:
+    """The qdisc grafted under the root TBF's class on ``index``; None for the TBF's own FIFO
+    (the kernel does not list that one)."""
+    return next((q for q in qdiscs(host, index) if q.parent == TBF_CLASS), None)
 
 
 def has_ingress_qdisc(host: Any, index: int) -> bool:

@@ -17,6 +17,11 @@ seconds of backlog, so every other packet of the pod waits behind a bulk flow.  
   bucket is big enough to let such a packet through unsegmented (the TBF only segments GSO
   packets larger than its burst; a packet larger than the queue would always be dropped).
 
+* **Flow isolation and AQM where the kernel has them**: fq_codel with ECN as the TBF's child
+  (:func:`aqm`), so a ping or an RPC never waits behind a bulk flow's queue and the bulk flow is
+  told to slow down by a mark instead of a drop.  A kernel without fq_codel keeps the TBF's own
+  time-bounded FIFO; its absence never fails an ADD.
+
 A rate with burst 0 in a conflist or the ``bandwidth`` capability stays an error, as in the
 reference (config.py): a conflist that works here works there too, and runtimes always send a
 burst.  Burst 0 reaches the plan only for a rate from a pod's annotations alone (pod_qos.py), and
@@ -53,6 +58,10 @@ FRAME_OVERHEAD = 18  # Ethernet header + one VLAN tag on top of the MTU: what th
 TSO_PACKET = 96 * 1024  # bytes: a 64 KiB GSO packet plus the headers the qdisc counts per segment
 DEFAULT_MTU = 1500
 LEGACY_LATENCY_MS = 25.0  # the reference's (and our previous release's) queue on top of the burst
+AQM_TARGET_MS = 5.0  # CoDel's acceptable standing queue (RFC 8289's default) ...
+AQM_TARGET_FRAMES = 1.5  # ... but never under the time 1.5 full frames take at the rate
+AQM_INTERVAL_MS = 100.0  # RFC 8289's default; the target stays within 5-20% of it up to 1.5 frames at 1 Mbit/s
+AQM_LIMIT_PACKETS = 1024  # a memory bound only: CoDel's sojourn time bounds the queue first
 
 
 class TbfParams(namedtuple("TbfParams", "rate buffer limit peakrate mtu", defaults=(0, 0))):
@@ -155,6 +164,31 @@ def with_peak(params: TbfParams, shape: Shape, tick: float, frame_bytes: int, di
     if ticks == 0:
         raise plugin_error(f"invalid {direction} minburst {shape.minburst}: too small for peakrate {shape.peakrate}")
     return params._replace(peakrate=peak, mtu=ticks)
+
+
+class AqmParams(namedtuple("AqmParams", "target_us interval_us limit ecn", defaults=(True,))):
+    """fq_codel as the TBF's child: CoDel's target and interval in microseconds, the packet
+    limit, ECN marking (TCA_FQ_CODEL_TARGET, _INTERVAL, _LIMIT, _ECN)."""
+
+    __slots__ = ()
+
+
+def aqm(params: TbfParams, mtu: int = DEFAULT_MTU) -> AqmParams:
+    """The fq_codel child for a TBF of ``params`` on a link of ``mtu``: :data:`AQM_TARGET_MS`, or
+    the time :data:`AQM_TARGET_FRAMES` frames take at the rate when that is longer (at 1 Mbit/s one
+    full frame takes 12 ms: a shorter target would drop whatever waits behind a single packet)."""
+    frames_us = AQM_TARGET_FRAMES * frame(mtu) * TIME_UNITS_PER_SEC / max(params.rate, 1)
+    target = int(max(AQM_TARGET_MS * 1000.0, frames_us))
+    return AqmParams(target_us=target, interval_us=int(AQM_INTERVAL_MS * 1000.0), limit=AQM_LIMIT_PACKETS)
+
+
+def aqm_as_read_back(params: AqmParams) -> AqmParams:
+    """``params`` as the kernel reports them: CoDel keeps its times in 1,024 ns units, so 5,000 us
+    comes back as 4,999 (``us * 1000 >> 10``, then back to us, rounding down)."""
+    def back(us: int) -> int:
+        return (((us * 1000) >> 10) << 10) // 1000
+
+    return params._replace(target_us=back(params.target_us), interval_us=back(params.interval_us))
 
 
 def legacy(shape: Shape, tick: float) -> tuple[TbfParams, ...]:

@@ -163,6 +163,7 @@ def _shape(host: Any, pod: Any, req: Request, wanted: str, pod_link: Any, veth: 
         if ingress is not None and layout.ingress == "host":
             kernel.add_tbf(host, veth.index, ingress)
             undo.push("tbf", kernel.delete_qdisc, host, veth.index, kernel.TBF_HANDLE, kernel.TC_H_ROOT)
+            kernel.add_aqm(host, veth.index, plan.aqm(ingress, veth.mtu))
         elif ingress is not None:
             ifb = _add_ifb(pod, undo, name, pod_link.mtu, ingress, _ifb_alias(req))
             if kernel.add_clsact(pod, pod_link.index):
@@ -182,6 +183,7 @@ def _shape(host: Any, pod: Any, req: Request, wanted: str, pod_link: Any, veth: 
         elif egress is not None:
             kernel.add_tbf(pod, pod_link.index, egress)
             undo.push("tbf", kernel.delete_qdisc, pod, pod_link.index, kernel.TBF_HANDLE, kernel.TC_H_ROOT)
+            kernel.add_aqm(pod, pod_link.index, plan.aqm(egress, pod_link.mtu))
     return layout
 
 
@@ -193,6 +195,7 @@ def _add_ifb(ns: Any, undo: Rollback, name: str, mtu: int, params: plan.TbfParam
     undo.push("ifb link", kernel.delete_link, ns, ifb.index)
     try:
         kernel.add_tbf(ns, ifb.index, params)
+        kernel.add_aqm(ns, ifb.index, plan.aqm(params, mtu))
     except KernelError as exc:
         raise exc.rewrap(f"create ifb qdisc: {exc.context}") from None  # as the reference nests it
     kernel.ifb_up(ns, ifb, alias)
@@ -362,12 +365,14 @@ def _check_tbf(host: Any, link: Any, shape: Shape, tick: float) -> None:
 
     accepted = plan.accepted(shape, tick, link.mtu)
 
-    q = kernel.root_tbf(host, link.index)
+    present = kernel.qdiscs(host, link.index)
+    q = next((q for q in present if q.kind == "tbf" and q.parent == kernel.TC_H_ROOT), None)
     if q is None or q.tbf is None:
         raise plugin_error("Failed to find qdisc", link.name)
     want = accepted[0]
     got = q.tbf
     if got in accepted:
+        _check_child(link, next((c for c in present if c.parent == kernel.TBF_CLASS), None), got)
         return
     for field, label in (("rate", "Rate"), ("limit", "Limit"), ("buffer", "Buffer")):
         if all(getattr(got, field) != getattr(a, field) for a in accepted):
@@ -376,6 +381,19 @@ def _check_tbf(host: Any, link: Any, shape: Shape, tick: float) -> None:
                 f"{link.name}: {field} is {getattr(got, field)}, expected {getattr(want, field)}",
             )
     raise plugin_error("Rate, Limit and Buffer don't match together", link.name)
+
+
+def _check_child(link: Any, child: Any, tbf: plan.TbfParams) -> None:
+    """Under the TBF: its own FIFO (a kernel without fq_codel, or a pod shaped by the reference or
+    our previous release), or exactly the fq_codel ADD grafts there; anything else is not ours."""
+    from . import kernel
+
+    if child is None:
+        return
+    want = plan.aqm(tbf, link.mtu)
+    if child.kind != kernel.AQM_KIND or child.aqm not in (want, plan.aqm_as_read_back(want)):
+        raise plugin_error("Child qdisc doesn't match",
+                           f"{link.name}: {child.kind} {child.aqm}, expected {kernel.AQM_KIND} {want}")
 
 
 # -- GC ----------------------------------------------------------------------------------------

@@ -48,6 +48,13 @@ class _HostTc:
     def has(self, index: int, kind: str, parent: int) -> bool:
         return any(k == kind and p == parent for k, _h, p in self.qdiscs.get(index, ()))
 
+    def shaped(self, index: int) -> bool:
+        """A root TBF, with nothing but its own FIFO or an fq_codel under it (CHECK reads the numbers)."""
+        from cnichain.plugins.bandwidth import kernel
+
+        children = {k for k, _h, p in self.qdiscs.get(index, ()) if p == kernel.TBF_CLASS}
+        return self.has(index, "tbf", kernel.TC_H_ROOT) and children <= {kernel.AQM_KIND}
+
 
 def _bandwidth_survey(stack: ExitStack) -> Any:
     from cnichain.common import netlink
@@ -57,7 +64,8 @@ def _bandwidth_survey(stack: ExitStack) -> Any:
 
 def _bandwidth_intact(tc: Any, req: Request) -> bool:
     """The structure CHECK verifies, from the survey and one filter dump, without entering the pod:
-    the host veth named in the result, its TBF, the IFB, its TBF, the ingress qdisc, the redirect.
+    the host veth named in the result, its TBF, the IFB, its TBF (each with no child but its own
+    FIFO or an fq_codel), the ingress qdisc, the redirect.
     A layout with a half in the pod's namespace (the result says which) gets the full CHECK."""
     from cnichain.plugins.bandwidth import kernel
     from cnichain.plugins.bandwidth.config import ifb_name, load
@@ -73,11 +81,11 @@ def _bandwidth_intact(tc: Any, req: Request) -> bool:
     if len(veths) != 1:
         return False
     veth = veths[0]
-    if cfg.ingress is not None and not tc.has(veth.index, "tbf", kernel.TC_H_ROOT):
+    if cfg.ingress is not None and not tc.shaped(veth.index):
         return False
     if cfg.egress is not None:
         ifb = tc.links.get(ifb_name(req.network_name, req.container_id))
-        if ifb is None or not tc.has(ifb.index, "tbf", kernel.TC_H_ROOT):
+        if ifb is None or not tc.shaped(ifb.index):
             return False
         if not tc.has(veth.index, "ingress", kernel.TC_H_INGRESS):
             return False

@@ -17,7 +17,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
     from typing import Optional
 
-    from .plan import TbfParams
+    from .plan import AqmParams, TbfParams
 
 RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
 RTM_NEWTFILTER, RTM_DELTFILTER, RTM_GETTFILTER = 44, 45, 46
@@ -26,6 +26,7 @@ IFLA_INFO_KIND = 1
 IFF_UP = 0x1
 TCA_KIND, TCA_OPTIONS = 1, 2
 TCA_TBF_PARMS, TCA_TBF_RATE64, TCA_TBF_PRATE64 = 1, 4, 5
+TCA_FQ_CODEL_TARGET, TCA_FQ_CODEL_LIMIT, TCA_FQ_CODEL_INTERVAL, TCA_FQ_CODEL_ECN = 1, 2, 3, 4
 TCA_U32_CLASSID, TCA_U32_SEL, TCA_U32_ACT = 1, 5, 7
 TCA_ACT_KIND, TCA_ACT_OPTIONS = 1, 2
 TCA_MIRRED_PARMS = 2
@@ -79,6 +80,15 @@ def tbf(index: int, handle: int, parent: int, params: TbfParams) -> bytes:
     if params.peakrate > UINT32_MAX:
         options += nla(TCA_TBF_PRATE64, U64.pack(params.peakrate))
     return tcmsg(index, handle, parent) + nla(TCA_KIND, b"tbf\0") + nla(TCA_OPTIONS, options)
+
+
+def fq_codel(index: int, handle: int, parent: int, params: AqmParams) -> bytes:
+    """RTM_NEWQDISC body: fq_codel with exactly ``params`` (``tc qdisc add ... fq_codel target T
+    interval I limit L ecn``), in the attribute order ``tc`` sends."""
+    options = (nla(TCA_FQ_CODEL_TARGET, U32.pack(params.target_us)) + nla(TCA_FQ_CODEL_LIMIT, U32.pack(params.limit))
+               + nla(TCA_FQ_CODEL_INTERVAL, U32.pack(params.interval_us))
+               + nla(TCA_FQ_CODEL_ECN, U32.pack(1 if params.ecn else 0)))
+    return tcmsg(index, handle, parent) + nla(TCA_KIND, b"fq_codel\0") + nla(TCA_OPTIONS, options)
 
 
 def qdisc(index: int, handle: int, parent: int, kind: str = "") -> bytes:
@@ -139,6 +149,16 @@ def tbf_params(found: dict[int, bytes]) -> Optional[tuple[int, int, int, int, in
     fields = TBF_QOPT.unpack_from(parms)
     rate, peakrate, limit, buffer, mtu = fields[5], fields[11], fields[12], fields[13], fields[14]
     return _rate64(options, TCA_TBF_RATE64, rate), buffer, limit, _rate64(options, TCA_TBF_PRATE64, peakrate), mtu
+
+
+def fq_codel_params(found: dict[int, bytes]) -> Optional[tuple[int, int, int, bool]]:
+    """(target_us, interval_us, limit, ecn) of an fq_codel qdisc's options; None when one is missing."""
+    options = dict(attrs(found.get(TCA_OPTIONS, b""), 0))
+    values = [options.get(a) for a in (TCA_FQ_CODEL_TARGET, TCA_FQ_CODEL_INTERVAL, TCA_FQ_CODEL_LIMIT, TCA_FQ_CODEL_ECN)]
+    if any(v is None or len(v) < U32.size for v in values):
+        return None
+    target, interval, limit, ecn = (U32.unpack_from(v)[0] for v in values)  # type: ignore[arg-type]
+    return target, interval, limit, bool(ecn)
 
 
 def _rate64(options: dict[int, bytes], attr: int, rate32: int) -> int:

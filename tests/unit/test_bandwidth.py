@@ -374,3 +374,37 @@ def test_layout_key():
     assert code == 1 and out == {"code": 999, "msg": "invalid layout 'side': expected one of auto, host, split, pod"}
     code, out = dispatch(PLUGIN, "ADD", conf(prevResult=prev_at("1.0.0"), layout=3, ingressRate=8, ingressBurst=8))
     assert code == 1 and "cannot unmarshal number into Go struct field PluginConf.layout of type string" in out["msg"]
+
+
+def test_aqm_target_is_5_ms_or_one_and_a_half_frames_at_the_rate():
+    from cnichain.plugins.bandwidth.plan import AqmParams, TbfParams, aqm
+
+    def at(mbit: float, mtu: int = 1500) -> AqmParams:
+        return aqm(TbfParams(rate=int(mbit * 1e6) // 8, buffer=1, limit=1), mtu)
+
+    assert at(10) == AqmParams(target_us=5000, interval_us=100_000, limit=1024, ecn=True)
+    assert at(100).target_us == 5000
+    assert at(1).target_us == 18_216  # 1.5 x 1518 bytes at 125,000 bytes/s
+    assert at(1, mtu=9000).target_us > at(1).target_us  # jumbo frames take longer
+
+
+def test_check_accepts_the_tbfs_own_fifo_or_exactly_our_fq_codel_under_it():
+    from types import SimpleNamespace
+
+    from cnichain.common.errors import CniError
+    from cnichain.plugins.bandwidth.kernel import AQM_HANDLE, TBF_CLASS, Qdisc
+    from cnichain.plugins.bandwidth.plan import TbfParams, aqm, aqm_as_read_back
+    from cnichain.plugins.bandwidth.plugin import _check_child
+
+    link = SimpleNamespace(name="veth0", mtu=1500)
+    tbf = TbfParams(rate=1_250_000, buffer=1, limit=1)
+    _check_child(link, None, tbf)  # a kernel without fq_codel, or a pod shaped by an older release
+    _check_child(link, Qdisc("fq_codel", AQM_HANDLE, TBF_CLASS, aqm=aqm(tbf, 1500)), tbf)
+    # as a kernel reports it: CoDel's 1,024 ns units turn 5,000 us into 4,999 and 100 ms into 99,999 us
+    read_back = aqm(tbf, 1500)._replace(target_us=4999, interval_us=99_999)
+    assert aqm_as_read_back(aqm(tbf, 1500)) == read_back
+    _check_child(link, Qdisc("fq_codel", AQM_HANDLE, TBF_CLASS, aqm=read_back), tbf)
+    for other in (Qdisc("fq_codel", AQM_HANDLE, TBF_CLASS, aqm=aqm(tbf, 1500)._replace(ecn=False)),
+                  Qdisc("pfifo", AQM_HANDLE, TBF_CLASS)):
+        with pytest.raises(CniError, match="Child qdisc doesn't match"):
+            _check_child(link, other, tbf)

@@ -89,3 +89,23 @@ def test_pod_side_messages():
     assert tc.mirred_redirects(tc.tc_attrs(msg)) == [42]
     delete = tc.filter_at(3, CLSACT_INGRESS, FILTER_PRIO, ETH_P_ALL, "u32")
     assert delete == tc.tcmsg(3, 0, CLSACT_INGRESS, (FILTER_PRIO << 16) | 0x0300) + rtnl.nla(tc.TCA_KIND, b"u32\0")
+
+
+def test_fq_codel_child_is_what_pyroute2_decodes_and_reads_back():
+    from pyroute2.netlink.rtnl.tcmsg import tcmsg
+
+    from cnichain.plugins.bandwidth.kernel import AQM_HANDLE, TBF_CLASS
+    from cnichain.plugins.bandwidth.plan import AqmParams
+
+    params = AqmParams(target_us=18_216, interval_us=100_000, limit=1024)
+    msg = _as_message(tc.fq_codel(3, AQM_HANDLE, TBF_CLASS, params), tc.RTM_NEWQDISC)
+    decoded = tcmsg(msg)
+    decoded.decode()
+    assert (decoded["index"], decoded["handle"], decoded["parent"]) == (3, 0x100000, 0x10001)  # 10: under 1:1
+    assert decoded.get_attr("TCA_KIND") == "fq_codel"
+    options = decoded.get_attr("TCA_OPTIONS")
+    assert [(name, value) for name, value in options["attrs"]] == [
+        ("TCA_FQ_CODEL_TARGET", 18_216), ("TCA_FQ_CODEL_LIMIT", 1024), ("TCA_FQ_CODEL_INTERVAL", 100_000),
+        ("TCA_FQ_CODEL_ECN", 1)]
+    assert tc.fq_codel_params(tc.tc_attrs(msg)) == tuple(params)
+    assert tc.fq_codel_params(tc.tc_attrs(_as_message(tc.qdisc(3, AQM_HANDLE, TBF_CLASS, "fq_codel"), 36))) is None
