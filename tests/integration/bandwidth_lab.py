@@ -13,7 +13,7 @@ from cnichain.benchmarks.loadflow import FlowReading, bulk_beside_ping
 FLOW_SECONDS = 4
 FIRST_SECOND_MAX = 1.5  # x the rate: a runtime's "no burst" must not let the first second run free
 WHOLE_TOLERANCE = 0.10  # the whole flow's goodput within +-10% of the rate
-PING_P95_MS = 25.0  # generous: a time-bounded queue (15 ms at the rate) plus a frame or two
+PING_P95_MS = 25.0  # generous: a time-bounded queue (10 ms at the rate) plus a frame or two
 FLOW_TRIES = 2  # the machine is shared: one flow can meet a descheduled receiver; a wrong shaper is wrong twice
 
 

@@ -145,7 +145,7 @@ CRIO = (2**32 - 1) * 8 - 1  # bits: CRI-O's
 
 def test_explicit_burst_within_the_bound_is_honoured():
     # 1 Mbit/s with a 1 Mbit burst (exactly the 1 s bound): 125000 B/s, 1 s of refill.  The queue:
-    # 15 ms at the rate is 1875 B, under six frames; the bucket lets a whole TSO packet through, so
+    # 10 ms at the rate is 1250 B, under six frames; the bucket lets a whole TSO packet through, so
     # the queue holds one.
     p = tbf.tbf(Shape(1_000_000, 1_000_000), TICK, "ingress")
     assert p == tbf.TbfParams(rate=125_000, buffer=15_625_000, limit=tbf.TSO_PACKET)
@@ -185,10 +185,10 @@ def test_burst_the_kernel_cannot_represent_means_none_given():
 
 
 @pytest.mark.parametrize("rate, limit", [
-    (1_000_000, 6 * 1518),  # 15 ms would be 1875 B: six frames
-    (10_000_000, 18_750),  # 15 ms at the rate
-    (100_000_000, 187_500),
-    (10_000_000_000, 18_750_000),
+    (1_000_000, 6 * 1518),  # 10 ms would be 1250 B: six frames
+    (10_000_000, 12_500),  # 10 ms at the rate
+    (100_000_000, 125_000),
+    (10_000_000_000, 12_500_000),
 ])
 def test_queue_is_bounded_in_time_with_its_floors(rate, limit):
     assert tbf.tbf(Shape(rate, CONTAINERD), TICK, "ingress").limit == limit
@@ -196,7 +196,7 @@ def test_queue_is_bounded_in_time_with_its_floors(rate, limit):
 
 def test_queue_holds_a_tso_packet_only_when_the_bucket_passes_one():
     small = tbf.tbf(Shape(8_000_000, 80_000), TICK, "egress")  # 10 kB bucket: GSO gets segmented
-    assert small.limit == 15_000  # 15 ms at 1 MB/s
+    assert small.limit == 10_000  # 10 ms at 1 MB/s
     big = tbf.tbf(Shape(8_000_000, 8_000_000), TICK, "egress")  # 1 MB bucket (1 s at the rate)
     assert big.limit == tbf.TSO_PACKET
 
