@@ -1,17 +1,19 @@
-"""Does portmap's ADD/DEL latency grow with the number of pods already mapped on the node?
+"""Does portmap's ADD/DEL cost grow with the number of pods already mapped on the node?
 
-Inside a throwaway node namespace, times ADD and DEL of one pod's port mappings (one TCP and one
-UDP-free mapping per pod, snat on) as a runtime would exec the plugin, first with no other
-mappings present and then with N other pods' mappings present (default 1,000), and prints the
-latencies (mean of the middle 60% of runs) and their ratio.  It does the same for the reference plugin at
+Inside a throwaway node namespace, times ADD and DEL of one pod's port mappings (one TCP mapping
+per pod, snat on) as a runtime would exec the plugin, first with no other mappings present and
+then with N other pods' mappings present (default 1,000; several sizes with ``--pods
+1000,4000,10000``), and prints wall time and the plugin process's CPU time (user + system; the
+kernel's work on the transaction runs in the process's own system call) as the mean of the
+middle 60% of runs, and each size's ratio to 0.  It does the same for the reference plugin at
 /usr/lib/cni/portmap (iptables backend, containernetworking-plugins) when it is installed.
 
 The other pods' state is loaded in bulk, in the exact layout each plugin would have written for
-them (ours: the same nftables transaction text the plugin applies; the reference: its
-CNI-HOSTPORT-DNAT entry rule and CNI-DN-<hash> chain per pod, via iptables-restore), because
-execing either plugin 1,000 times only to set up the scene would dominate the run time.
+them (ours: the same nftables transactions the plugin applies, in the map layout; the reference:
+its CNI-HOSTPORT-DNAT entry rule and CNI-DN-<hash> chain per pod, via iptables-restore), because
+execing either plugin 10,000 times only to set up the scene would dominate the run time.
 
-    python benchmarks/portmap_scale.py [--pods 1000] [--reps 15] [--json]
+    python benchmarks/portmap_scale.py [--pods 1000[,4000,...]] [--reps 15] [--json]
 
 Needs root, iproute2, nft and (for the reference) iptables.  Runs only inside its own namespaces.
 """
@@ -58,26 +60,28 @@ def conf(i: int, with_mappings: bool = True) -> dict:
     return out
 
 
-def exec_plugin(binary: str, command: str, cid: str, stdin: dict, bin_dir: str) -> float:
+def exec_plugin(binary: str, command: str, cid: str, stdin: dict, bin_dir: str) -> tuple[float, float]:
+    """(wall, CPU) seconds of one exec."""
     env = {"CNI_COMMAND": command, "CNI_CONTAINERID": cid, "CNI_NETNS": f"/var/run/netns/{cid}",
            "CNI_IFNAME": "eth0", "CNI_PATH": bin_dir, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
     run = timed_exec([binary], env, json.dumps(stdin).encode())
     if run.returncode != 0:
         raise RuntimeError(f"{binary} {command} failed: {run.stdout.decode()} {run.stderr.decode()}")
-    return run.seconds
+    return run.seconds, run.cpu_seconds
 
 
 def populate_ours(n: int) -> None:
-    """The state ``n`` ADDs leave, applied as the plugin's own transactions (100 pods each)."""
+    """The state ``n`` ADDs leave, applied as the plugin's own transactions (500 pods each)."""
     from cnichain.common import nft
-    from cnichain.plugins.portmap import plan as planning
+    from cnichain.plugins.portmap import maps, plan as planning
     from cnichain.plugins.portmap.config import load
 
+    nft.apply_text(planning.declarations(), "declare portmap")
     batch: list[dict] = planning.skeleton()  # the table, as the first ADD builds it
     for i in range(n):
         plan = planning.plan_owner(NETWORK, f"other{i}", load(conf(i)), {4: pod_ip(i)})
-        batch += planning.fast_add(plan)
-        if (i + 1) % 100 == 0 or i == n - 1:
+        batch += maps.claim(plan, probe=False)
+        if (i + 1) % 500 == 0 or i == n - 1:
             nft.apply(batch, "populate portmap")
             batch = []
 
@@ -109,22 +113,25 @@ def populate_reference(lab: Lab, n: int) -> None:
     lab.run(lab.node, "iptables-restore", "--noflush", input="\n".join(lines) + "\n")
 
 
-def measure(binary: str, bin_dir: str, reps: int, tag: str) -> tuple[list[float], list[float]]:
-    adds, dels = [], []
+def measure(binary: str, bin_dir: str, reps: int, tag: str) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"add": [], "del": [], "add_cpu": [], "del_cpu": []}
     for r in range(reps):
         i = 900_000 + r  # IP 10.66.x.y outside the others' range
         cid = f"bench-{tag}-{r}"
         c = conf(i)
         c["prevResult"]["ips"][0]["address"] = f"10.66.254.{r + 2}/16"
         c["runtimeConfig"]["portMappings"][0]["hostPort"] = 40000 + r
-        adds.append(exec_plugin(binary, "ADD", cid, c, bin_dir))
-        dels.append(exec_plugin(binary, "DEL", cid, c, bin_dir))
-    return adds, dels
+        for command in ("add", "del"):
+            wall, cpu = exec_plugin(binary, command.upper(), cid, c, bin_dir)
+            out[command].append(wall)
+            out[f"{command}_cpu"].append(cpu)
+    return out
 
 
-def scenario(binary: str, bin_dir: str, pods: int, reps: int, populate) -> dict:
+def scenario(binary: str, bin_dir: str, sizes: list[int], reps: int, populate) -> dict:
+    """Per size (0 first): ADD and DEL wall and CPU in ms, and each size's ratios to 0."""
     out: dict[str, Any] = {}
-    for label, count in (("empty", 0), ("loaded", pods)):
+    for count in [0] + sizes:
         with Lab(prefix="pmbench") as lab:
             lab.run(lab.node, "ip", "link", "add", "pmb0", "type", "veth", "peer", "name", "pmb1")
             lab.run(lab.node, "ip", "addr", "add", "10.66.255.254/16", "dev", "pmb0")
@@ -134,41 +141,53 @@ def scenario(binary: str, bin_dir: str, pods: int, reps: int, populate) -> dict:
                 if count:
                     populate(lab, count)
                 measure(binary, bin_dir, 2, "warm")  # page cache, first-run effects
-                adds, dels = measure(binary, bin_dir, reps, label)
-        out[label] = {"add_ms": trimmed_mean(adds) * 1000, "del_ms": trimmed_mean(dels) * 1000}
-    out["add_ratio"] = out["loaded"]["add_ms"] / out["empty"]["add_ms"]
-    out["del_ratio"] = out["loaded"]["del_ms"] / out["empty"]["del_ms"]
+                runs = measure(binary, bin_dir, reps, str(count))
+        out[str(count)] = {f"{k}_ms": trimmed_mean(v) * 1000 for k, v in runs.items()}
+    for count in sizes:
+        row = out[str(count)]
+        for k in ("add", "del", "add_cpu", "del_cpu"):
+            row[f"{k}_ratio"] = row[f"{k}_ms"] / out["0"][f"{k}_ms"]
     return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--pods", default="1000", help="other pods present: one size or a comma list")
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("needs root (it creates network namespaces)", file=sys.stderr)
         return 2
-    results = {"pods": args.pods, "reps": args.reps}
+    sizes = [int(p) for p in str(args.pods).split(",") if p.strip()]
+    results: dict[str, Any] = {"pods": sizes, "reps": args.reps}
     with tempfile.TemporaryDirectory(prefix="pmbench-bin-") as bin_dir:
         launchers.install(bin_dir)
-        results["cnichain"] = scenario(os.path.join(bin_dir, "portmap"), bin_dir, args.pods, args.reps,
+        results["cnichain"] = scenario(os.path.join(bin_dir, "portmap"), bin_dir, sizes, args.reps,
                                        lambda lab, n: populate_ours(n))
     if os.path.isfile(REFERENCE):
-        results["reference"] = scenario(REFERENCE, os.path.dirname(REFERENCE), args.pods, args.reps, populate_reference)
+        results["reference"] = scenario(REFERENCE, os.path.dirname(REFERENCE), sizes, args.reps, populate_reference)
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
-    print(f"portmap ADD/DEL latency (trimmed mean), {args.reps} runs each, with 0 and {args.pods} other pods mapped")
-    print(f"{'plugin':<22}{'ADD 0':>9}{'ADD N':>9}{'ratio':>7}{'DEL 0':>9}{'DEL N':>9}{'ratio':>7}")
+    print(f"portmap ADD/DEL per exec (trimmed mean of {args.reps}), wall / CPU ms, with N other pods mapped")
+    print(f"{'plugin':<22}{'N':>7}{'ADD wall':>10}{'CPU':>7}{'DEL wall':>10}{'CPU':>7}   ratio to N=0 (ADD, DEL wall)")
     for name in ("cnichain", "reference"):
         r = results.get(name)
         if not r:
             continue
         label = "cnichain (nftables)" if name == "cnichain" else "reference (iptables)"
-        print(f"{label:<22}{r['empty']['add_ms']:>8.1f}ms{r['loaded']['add_ms']:>7.1f}ms{r['add_ratio']:>6.2f}x"
-              f"{r['empty']['del_ms']:>7.1f}ms{r['loaded']['del_ms']:>7.1f}ms{r['del_ratio']:>6.2f}x")
+        for count in [0] + sizes:
+            row = r[str(count)]
+            ratios = f"   {row['add_ratio']:.2f}x, {row['del_ratio']:.2f}x" if count else ""
+            print(f"{label:<22}{count:>7}{row['add_ms']:>10.1f}{row['add_cpu_ms']:>7.1f}"
+                  f"{row['del_ms']:>10.1f}{row['del_cpu_ms']:>7.1f}{ratios}")
+    if "reference" in results:
+        for count in sizes:
+            ours, ref = results["cnichain"][str(count)], results["reference"][str(count)]
+            print(f"ours / reference at {count}: ADD {ours['add_ms'] / ref['add_ms']:.2f}x, "
+                  f"DEL {ours['del_ms'] / ref['del_ms']:.2f}x (wall); ADD {ours['add_cpu_ms'] / ref['add_cpu_ms']:.2f}x, "
+                  f"DEL {ours['del_cpu_ms'] / ref['del_cpu_ms']:.2f}x (CPU)")
     return 0
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import resource
 import json
 import os
 import sys
@@ -82,11 +83,11 @@ class WarmRuntime(Runtime):
                 if profiled:
                     self._profiler().enable()
                 kerneltime.start()
-                started = clock()
+                started, cpu_started = clock(), time.thread_time()
                 try:
                     code = dispatch(self.plugins[plugin_type], env, stdin, out, err)
                 finally:
-                    elapsed = clock() - started
+                    elapsed, cpu = clock() - started, time.thread_time() - cpu_started
                     spans = kerneltime.stop()
                     if profiled:
                         self._profiler().disable()
@@ -97,7 +98,7 @@ class WarmRuntime(Runtime):
                 del os.environ[key]
             os.environ.update(saved)
         if not profiled:
-            self.records.append({"plugin": plugin_type, "command": command, "seconds": elapsed,
+            self.records.append({"plugin": plugin_type, "command": command, "seconds": elapsed, "cpu": cpu,
                                  "kernel": _by_kind(spans), "code": code})
         self.records.extend(delegated)
         if code != 0:
@@ -128,11 +129,11 @@ class WarmRuntime(Runtime):
             profiled = f"{ptype}:{env.get('CNI_COMMAND', '')}" in self.profile
             if profiled:
                 self._profiler().enable()
-            started = clock()
+            started, cpu_started = clock(), time.thread_time()
             try:
                 return runner.in_process(ptype, env, stdin)
             finally:
-                elapsed = clock() - started
+                elapsed, cpu = clock() - started, time.thread_time() - cpu_started
                 if profiled:
                     self._profiler().disable()
                 inner = kerneltime.stop()
@@ -140,9 +141,45 @@ class WarmRuntime(Runtime):
                 assert kerneltime.spans is not None
                 kerneltime.spans.extend(outer + inner)
                 delegated.append({"plugin": f"{ptype} (in place)", "command": env.get("CNI_COMMAND", ""),
-                                  "seconds": elapsed, "kernel": _by_kind(inner), "code": 0})
+                                  "seconds": elapsed, "cpu": cpu, "kernel": _by_kind(inner), "code": 0})
 
         return run
+
+
+class CpuRuntime(Runtime):
+    """The runner, each plugin exec also timed in CPU: the child's user + system time (its own
+    children's included once it reaped them), read as this process's RUSAGE_CHILDREN around the
+    exec -- exact here, where one exec runs at a time."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.records: list[dict] = []
+
+    def exec_plugin(self, plugin_type: str, command: str, att: Optional[Attachment], conf: dict) -> bytes:
+        before, started = children_cpu(), clock()
+        code = 0
+        try:
+            return super().exec_plugin(plugin_type, command, att, conf)
+        except PluginFailed:
+            code = 1
+            raise
+        finally:
+            self.records.append({"plugin": plugin_type, "command": command, "seconds": clock() - started,
+                                 "cpu": children_cpu() - before, "code": code})
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def system_cpu() -> float:
+    """Seconds of CPU the whole machine spent outside idle and iowait (``/proc/stat``'s first line):
+    what a pod's chain costs the node, the kernel's deferred work (RCU, workqueues) included."""
+    with open("/proc/stat") as fh:
+        fields = [int(v) for v in fh.readline().split()[1:]]
+    busy = sum(fields) - fields[3] - (fields[4] if len(fields) > 4 else 0)
+    return busy / os.sysconf("SC_CLK_TCK")
 
 
 def _by_kind(spans: list[tuple[str, float]]) -> dict[str, float]:
@@ -196,6 +233,10 @@ def median_ms(cell: Optional[dict]) -> Optional[float]:
     return cell.get("median_ms") if cell else None
 
 
+def mean_ms(values: list[float]) -> Optional[float]:
+    return sum(values) / len(values) * 1000 if values else None
+
+
 def ratio(ours: Optional[float], ref: Optional[float]) -> Optional[float]:
     return None if ours is None or not ref else ours / ref
 
@@ -209,7 +250,6 @@ def run(pods: int, reference_dir: str, floor_samples: int, conflist: str = "",
         base = json.loads(fh.read())
     plugins = warm_plugins()
     ref_types = {t for t in (p["type"] for p in base["plugins"]) if os.path.isfile(os.path.join(reference_dir, t))}
-    ref_records: list[dict] = []
     out: dict = {"schema": SCHEMA, "pods": pods, "reference_dir": reference_dir,
                  "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     with Lab(prefix="cnicwf") as lab:
@@ -218,9 +258,9 @@ def run(pods: int, reference_dir: str, floor_samples: int, conflist: str = "",
         launchers.install(bin_dir)
         warm = WarmRuntime(plugins, [bin_dir], lab.path("cache-warm"), lab.node, profile)
         ref_node = lab.netns("refnode")
-        ref = Runtime([reference_dir], lab.path("cache-ref"), node_netns=ref_node,
-                      on_exec=lambda r: ref_records.append({"plugin": r.plugin, "command": r.command,
-                                                            "seconds": r.seconds, "code": r.code}))
+        ref = CpuRuntime([reference_dir], lab.path("cache-ref"), node_netns=ref_node)
+        ref_records = ref.records
+        chain_cpu: dict[str, list[float]] = {"warm": [], "ref": []}
         ours_chain = chain(base, lab.path("warm"))
         ref_chain = chain(base, lab.path("ref"), ref_types)
         out["floor"] = stats(floor(floor_samples // 2))
@@ -231,13 +271,19 @@ def run(pods: int, reference_dir: str, floor_samples: int, conflist: str = "",
             for name, runtime, conf in order:
                 pod = lab.netns(f"{name[:1]}{i}")
                 att = attachment(name, i, pod)
+                before = system_cpu()
                 runtime.add(conf, att)
                 runtime.delete(conf, att)
+                chain_cpu[name].append(system_cpu() - before)
                 lab.delete_netns(pod)
             print(f"[warm-floor] pod {i + 1}/{pods}", file=sys.stderr)
         later = stats(floor(floor_samples - floor_samples // 2))
         out["floor_after"] = later
     out["rows"] = summarize(warm.records, ref_records)
+    # A mean, not a median: /proc/stat counts in clock ticks (10 ms), so one pod reads 0 or 10 ms
+    # more than it cost, and only the mean over the pods converges.
+    out["chain_system_cpu"] = {name: {"n": len(v), "mean_ms": mean_ms(v)} for name, v in chain_cpu.items()}
+    out["chain_system_cpu_ratio"] = ratio(mean_ms(chain_cpu["warm"]), mean_ms(chain_cpu["ref"]))
     if warm.profiler is not None:
         import pstats
 
@@ -263,13 +309,16 @@ def summarize(warm: list[dict], ref: list[dict]) -> list[dict]:
             row: dict = {
                 "plugin": plugin, "command": command,
                 "warm": stats([r["seconds"] for r in recs]),
+                "cpu": stats([r["cpu"] for r in recs]),
                 "kernel": stats(kernel),
                 "kernel_by_kind": {k: stats([r["kernel"].get(k, 0.0) for r in recs]) for k in KINDS},
                 "python": stats([r["seconds"] - k for r, k in zip(recs, kernel)]),
             }
-            refs = [r["seconds"] for r in ref if r["plugin"] == plugin and r["command"] == command and r["code"] == 0]
-            row["reference"] = stats(refs)
+            refs = [r for r in ref if r["plugin"] == plugin and r["command"] == command and r["code"] == 0]
+            row["reference"] = stats([r["seconds"] for r in refs])
+            row["reference_cpu"] = stats([r["cpu"] for r in refs])
             row["ratio"] = ratio(median_ms(row["warm"]), median_ms(row["reference"]))
+            row["cpu_ratio"] = ratio(median_ms(row["cpu"]), median_ms(row["reference_cpu"]))
             rows.append(row)
     return rows
 
@@ -284,18 +333,26 @@ def render(out: dict) -> str:
         f"python -I -S -c pass: {ms(out.get('floor'))} ms before, {ms(out.get('floor_after'))} ms after (median)",
         "",
         f"{'plugin':<24}{'cmd':<5}{'warm':>8}{'kernel':>8}{'netlink':>9}{'nft':>7}{'sysctl':>8}"
-        f"{'python':>8}{'ref':>8}{'warm/ref':>10}",
+        f"{'python':>8}{'ref':>8}{'warm/ref':>10}{'cpu':>8}{'ref cpu':>9}{'cpu/ref':>9}",
     ]
     for row in out["rows"]:
         kk = row["kernel_by_kind"]
-        r = row["ratio"]
+        r, c = row["ratio"], row.get("cpu_ratio")
         lines.append(
             f"{row['plugin']:<24}{row['command']:<5}{ms(row['warm']):>8}{ms(row['kernel']):>8}"
             f"{ms(kk['netlink']):>9}{ms(kk['nftables']):>7}{ms(kk['sysctl']):>8}{ms(row['python']):>8}"
             f"{ms(row['reference']):>8}{'-' if r is None else f'{r:.2f}x':>10}"
+            f"{ms(row.get('cpu')):>8}{ms(row.get('reference_cpu')):>9}{'-' if c is None else f'{c:.2f}x':>9}"
         )
     lines.append("")
-    lines.append("medians in ms; python = warm - kernel per request; warm/ref on medians")
+    lines.append("medians in ms; python = warm - kernel per request; warm/ref on medians; cpu = the warm "
+                 "handler's thread CPU, the reference exec's CPU (user + system, kernel work in its calls)")
+    whole = out.get("chain_system_cpu")
+    if whole:
+        c = out.get("chain_system_cpu_ratio")
+        lines.append(f"whole chain ADD+DEL per pod, system-wide CPU (mean of {whole['warm']['n']}): warm "
+                     f"{whole['warm']['mean_ms'] or 0:.1f} ms, reference {whole['ref']['mean_ms'] or 0:.1f} ms, "
+                     f"{'-' if c is None else f'{c:.2f}x'}")
     return "\n".join(lines)
 
 
