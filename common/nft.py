@@ -75,6 +75,14 @@ def apply(commands: list[dict], what: str) -> None:
         raise NftError(what, str(err).strip())
 
 
+def apply_text(script: str, what: str) -> None:
+    """Apply an nft script (one transaction) or raise: only for what JSON cannot say, and only
+    ever with text the caller wrote itself, never a value from a config or a request."""
+    rc, _out, err = handle().cmd(script)
+    if rc != 0:
+        raise NftError(what, str(err).strip())
+
+
 def list_ruleset(command: str) -> Optional[list[dict]]:
     """Run a ``list ...`` command; None when the object does not exist."""
     rc, out, err = handle().cmd(command)

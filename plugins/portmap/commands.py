@@ -37,6 +37,29 @@ def verdict_map(name: str, key_types: list[str]) -> dict:
     return {"add": {"map": _obj(name=name, type=typ, map="verdict")}}
 
 
+def data_map(name: str, key_types: list[str], value_type: str) -> dict:
+    """``add map`` of a map whose values are data of one type (an owner, a digest)."""
+    typ: Any = key_types if len(key_types) > 1 else key_types[0]
+    return {"add": {"map": _obj(name=name, type=typ, map=value_type)}}
+
+
+def concat_map_text(name: str, key_types: list[str], value_types: list[str]) -> str:
+    """``add map`` in nft's text syntax, for a map whose values are a concatenation (a DNAT
+    target's address . port): libnftables 1.0.6 declares those only from text.  Only our own
+    fixed names and types are spliced in, never anything a config or a request carries."""
+    return (f"add map {FAMILY} {TABLE} {name} "
+            f"{{ type {' . '.join(key_types)} : {' . '.join(value_types)} ; }}")
+
+
+def table_text() -> str:
+    return f"add table {FAMILY} {TABLE}"
+
+
+def named_set(name: str, key_types: list[str]) -> dict:
+    typ: Any = key_types if len(key_types) > 1 else key_types[0]
+    return {"add": {"set": _obj(name=name, type=typ)}}
+
+
 def base_chain(name: str, hook: str, prio: int) -> dict:
     return {"add": {"chain": _obj(name=name, type="nat", hook=hook, prio=prio, policy="accept")}}
 
@@ -70,6 +93,17 @@ def element(map_name: str, key: Any, target: str = "", verb: str = "add") -> dic
     return {verb: {"element": _obj(name=map_name, elem=[item])}}
 
 
+def items(name: str, elems: list[Any], verb: str = "add") -> dict:
+    """``add``/``create``/``delete`` of elements of a set or map, as given: a set's keys, a map's
+    ``[key, value]`` pairs (a delete takes keys only)."""
+    return {verb: {"element": _obj(name=name, elem=elems)}}
+
+
+def commented(key: Any, comment: str) -> dict:
+    """An element key that carries a comment (the kernel keeps it; nothing compares it)."""
+    return {"elem": {"val": key, "comment": comment}}
+
+
 # -- expressions -------------------------------------------------------------------------------
 
 
@@ -93,6 +127,18 @@ def vmap(key: list[dict], map_name: str) -> dict:
     return {"vmap": {"key": {"concat": key} if len(key) > 1 else key[0], "data": f"@{map_name}"}}
 
 
+def dnat_map(family: int, key: list[dict], map_name: str) -> dict:
+    """``dnat ip[6] to <key> map @<map>``: address and port from a map of ``addr . port`` values;
+    a key the map lacks ends the rule without a verdict."""
+    return {"dnat": {"family": "ip" if family == 4 else "ip6",
+                     "addr": {"map": {"key": {"concat": key} if len(key) > 1 else key[0], "data": f"@{map_name}"}}}}
+
+
+def in_set(key: list[dict], set_name: str) -> dict:
+    """``<key> @<set>``: the key (a concatenation when several) is an element of the set."""
+    return match({"concat": key} if len(key) > 1 else key[0], f"@{set_name}")
+
+
 def fib_daddr_local() -> dict:
     """``fib daddr type local``: only traffic to one of this node's own addresses."""
     return match({"fib": {"result": "type", "flags": ["daddr"]}}, "local")
@@ -108,4 +154,5 @@ def dnat(family: int, addr: str, port: int) -> dict:
 
 
 CONTINUE: dict = {"continue": None}
+ACCEPT: dict = {"accept": None}
 MASQUERADE: dict = {"masquerade": None}

@@ -1,12 +1,13 @@
 """Every kernel effect of portmap: its nftables table, route_localnet and the UDP/SCTP conntrack flush.
 
 nftables goes through libnftables' JSON API (:mod:`cnichain.common.nft`, one handle per process):
-every change is one list of JSON commands built by :mod:`.plan` or :mod:`.rebuild`, applied as one
-atomic transaction.  Fast paths are lock-free, single transactions guarded by the kernel itself: ``create`` fails with EEXIST when a key is already
-claimed, and deleting a container's chain fails with EBUSY while a shared-key chain still jumps to
-it.  Either way nothing is applied and the slow path runs: under a lock held on the network
-namespace itself (so it serialises exactly the plugins working on this namespace, and needs no
-file on disk), it lists our table once and rebuilds the keys involved (:mod:`.rebuild`).
+every change is one list of JSON commands built by :mod:`.maps`, :mod:`.plan` or :mod:`.rebuild`,
+applied as one atomic transaction.  ADD and DEL first try their fast path: one transaction that
+lists nothing and that the kernel refuses as a whole when the table's state is not what it
+assumes (an element holding another value, a key the other layout claims, no table yet).  Then
+the slow path runs: under a lock held on the network namespace itself (so it serialises exactly
+the plugins working on this namespace, and needs no file on disk), it lists our table once and
+rebuilds the keys involved (:mod:`.rebuild`).
 
 route_localnet and the interface routing to the pod need no pyroute2: the route is found in
 ``/proc/net/route`` of the calling thread's namespace.  The conntrack flush does need netlink and
@@ -27,8 +28,8 @@ from cnichain.common.errors import CniError, plugin_error
 from cnichain.common.kernel_errors import NftError, failures
 from cnichain.common.log import log
 
-from . import names
-from .plan import config_delete, fast_add, fast_delete
+from . import maps, names
+from .plan import config_delete, declarations, fast_add
 from .rebuild import Snapshot, rebuild
 
 TYPE_CHECKING = False
@@ -97,22 +98,10 @@ def listed_mappings() -> list[HeldMapping]:
     return [] if objs is None else mappings_in(objs)
 
 
-def owner_comments(owner: str) -> Optional[list[str]]:
-    """Rule comments of the container's DNAT chain, or None when it has none."""
-    objs = _list(f"chain {names.FAMILY_TABLE} {names.dnat_chain(owner)}")
-    if objs is None:
-        return None
-    return [str(o["rule"].get("comment", "")) for o in objs if "rule" in o]
-
-
-def chain_rule_count(name: str) -> Optional[int]:
-    objs = _list(f"chain {names.FAMILY_TABLE} {name}")
-    return None if objs is None else sum(1 for o in objs if "rule" in o)
-
-
-def _slow(build: Callable[[Snapshot], list[dict]]) -> None:
+def _slow(build: Callable[[Snapshot], list[dict]], declare: bool = False) -> None:
     """Under the namespace lock: list, ``build`` the transaction (empty: nothing to do), apply;
-    again from a fresh listing when a concurrent fast path got in between."""
+    again from a fresh listing when a concurrent fast path got in between.  ``declare``: the
+    transaction holds the skeleton, so the table and its target maps are declared first."""
     last = ""
     with _netns_lock():
         for attempt in range(ATTEMPTS):
@@ -121,6 +110,8 @@ def _slow(build: Callable[[Snapshot], list[dict]]) -> None:
             if not commands:
                 return
             try:
+                if declare:
+                    nft.apply_text(declarations(), "nft declarations")
                 _apply(commands)
                 return
             except NftError as exc:
@@ -132,37 +123,38 @@ def _slow(build: Callable[[Snapshot], list[dict]]) -> None:
 
 
 def install(plan: OwnerPlan) -> None:
-    """ADD: one transaction; the slow path when this container or one of its keys exists."""
+    """ADD: one transaction (the map layout's claim, or the chain layout's for a config with
+    conditions); the slow path when the kernel refuses it."""
     try:
-        _apply(fast_add(plan))
+        _apply(fast_add(plan) if plan.conditioned else maps.claim(plan))
         return
     except NftError as exc:
         log.debug(f"portmap: fast ADD for {plan.owner} refused ({exc.text.splitlines()[0]}); rebuilding")
-    _slow(lambda snap: rebuild(snap, add=plan))
+    _slow(lambda snap: rebuild(snap, add=plan), declare=True)
 
 
 def remove(owner: str, plan: Optional[OwnerPlan] = None) -> list[str]:
-    """DEL: with the ``plan`` the config describes, one self-checking transaction and no listing
-    (see :mod:`.plan`); otherwise, or when the kernel holds something else for this container,
-    list its chain (small), delete it and its keys in one transaction.  Returns the DNAT keys the
-    container held (for the conntrack flush), empty when it held none."""
+    """DEL: with the ``plan`` the config describes, one self-checking transaction per layout and
+    no listing (see :mod:`.maps` and :func:`.plan.config_delete`); otherwise, or when the kernel
+    holds something else for this container, the slow path.  Returns the DNAT keys the container
+    held (for the conntrack flush), empty when it held none."""
     if plan is not None:
-        try:
-            _apply(config_delete(plan))
-            return list(plan.dnat_keys)
-        except NftError as exc:
-            log.debug(f"portmap: DEL from config for {owner} refused ({exc.text.splitlines()[0]}); listing")
-    comments = owner_comments(owner)
-    if comments is None:
-        return []  # never added, or already deleted
-    held = names.keys_of_rules(comments)[0]
-    try:
-        _apply(fast_delete(owner, comments))
-        return held
-    except NftError as exc:
-        log.debug(f"portmap: fast DEL for {owner} refused ({exc.text.splitlines()[0]}); rebuilding")
-    _slow(lambda snap: rebuild(snap, remove=[owner]))
-    return held
+        refused = ""
+        for commands in [config_delete(plan)] if plan.conditioned else [maps.release(plan), config_delete(plan)]:
+            try:
+                _apply(commands)
+                return list(plan.dnat_keys)
+            except NftError as exc:
+                refused = exc.text.splitlines()[0]
+        log.debug(f"portmap: DEL from config for {owner} refused ({refused}); listing")
+    held: list[str] = []
+
+    def build(snap: Snapshot) -> list[dict]:
+        held[:] = [k for k in snap.map_keys(owner) + snap.keys(owner)[0] if not k.startswith("masq/")]
+        return rebuild(snap, remove=[owner])
+
+    _slow(build)
+    return list(dict.fromkeys(held))
 
 
 def remove_reference_rules(network: str, container_id: str) -> None:

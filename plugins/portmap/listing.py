@@ -1,10 +1,12 @@
-"""Our table read back: the port mappings each container's chain holds, from the libnftables JSON
-listing :func:`.kernel.listed_mappings` takes.
+"""Our table read back: the port mappings each container holds, in its chains or in the maps,
+from the libnftables JSON listing :func:`.kernel.listed_mappings` takes.
 
 Every ``c-<owner>`` chain starts with its identity rule (``id <digest> <network>/<containerID>``,
 see :mod:`.names`) and holds one DNAT rule per mapping and family, in the form :func:`.plan.plan_owner`
 builds: the config's conditions, the dispatch match (``meta nfproto`` or ``ip[6] daddr``), the
-``dport`` match and the ``dnat``, with the dispatch key as comment.  Pure: no kernel access; a node
+``dport`` match and the ``dnat``, with the dispatch key as comment.  In the map layout a mapping is
+an ownership element (key -> owner), its target element (key -> pod address . port) and its
+owner's OWNERS element, whose comment is the identity.  Pure: no kernel access; a node
 view (``cnichain inspect``) reads through here so it sees exactly what the plugin wrote.
 """
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 from cnichain.common.record import Record
 
 from .conditions import render
-from .names import DNAT_CHAIN_PREFIX, ID_PREFIX
+from .names import DNAT_CHAIN_PREFIX, ID_PREFIX, key_port
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds per exec
@@ -87,4 +89,24 @@ def mappings_in(objects: list[dict]) -> list[HeldMapping]:
             held = _mapping(rule, chain, identity)
             if held is not None:
                 out.append(held)
+    return out + _in_maps(objects)
+
+
+def _in_maps(objects: list[dict]) -> list[HeldMapping]:
+    """The DNAT keys of the map layout: an ownership element, its target, its owner's identity."""
+    from .rebuild import Snapshot
+
+    snap = Snapshot.from_json(objects)
+    out: list[HeldMapping] = []
+    for key, owner in snap.own.items():
+        served, target = key_port(key), snap.to.get(key)
+        if served is None or target is None:
+            continue  # a masquerade key, or a key without its target
+        network, container_id = identity_of(snap.identities.get(owner, "")) or ("", "")
+        family, protocol, port = served
+        out.append(HeldMapping(
+            network=network, container_id=container_id, protocol=protocol, host_port=port,
+            host_ip=key.split("/")[1] if key.startswith("ip/") else "", family=family,
+            pod_ip=target[0], pod_port=target[1],
+        ))
     return out

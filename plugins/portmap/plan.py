@@ -1,36 +1,42 @@
-"""What portmap programs, as pure planning (no kernel access here): one container's plan and the
-fast-path transactions built from it, as lists of libnftables JSON commands (:mod:`.commands`).
+"""What portmap programs, as pure planning (no kernel access here): one container's plan, the
+shared skeleton, and the chain layout's fast-path transactions, as lists of libnftables JSON
+commands (:mod:`.commands`).
 
 One ``inet`` table holds everything (shown in nft's text syntax for brevity)::
 
     prerouting/output (nat, dstnat)  fib daddr type local jump hostports
-    hostports     ip daddr . l4proto . dport vmap @dnat_ip4     (hostIP mappings first)
-                  ip6 daddr . l4proto . dport vmap @dnat_ip6
-                  nfproto . l4proto . dport vmap @dnat_any      (hostIP unset / 0.0.0.0 / ::)
+    hostports     dnat ip to ip daddr . meta l4proto . th dport map @to_ip4     (hostIP mappings)
+                  dnat ip6 to ip6 daddr . meta l4proto . th dport map @to_ip6
+                  ip daddr . meta l4proto . th dport vmap @dnat_ip4              (the chain layout)
+                  ip6 daddr . meta l4proto . th dport vmap @dnat_ip6
+                  meta nfproto ipv4 dnat ip to meta l4proto . th dport map @to_any4
+                  meta nfproto ipv6 dnat ip6 to meta l4proto . th dport map @to_any6
+                  meta nfproto . meta l4proto . th dport vmap @dnat_any
     postrouting (nat, srcnat - 5)    ct status dnat ip[6] daddr vmap @masq4 / @masq6
-    c-<owner>     this container's DNAT rules; each rule's comment is the dispatch key it serves
-    m-<owner>     this container's hairpin / localhost masquerade rules
-    b-<key>       only while two containers claim the same key: jumps to each, oldest first
+                                     ct status dnat ip[6] daddr . ip[6] saddr @hairpin4/6 masquerade
+                                     ct status dnat ip[6] daddr @masqall4/6 masquerade
+    c-<owner>     the chain layout: a container's DNAT rules, each rule's comment the key it serves
+    m-<owner>     the chain layout: its hairpin / localhost masquerade rules
+    b-<key>       only while several containers of the chain layout claim a key: jumps to each
 
-Every dispatch key (family/hostIP, protocol, port; or a container IP for masquerading) is one
-map element.  Normally the element jumps straight to the owner's chain; a ``b-`` chain exists
-only while a key is shared, e.g. a pod sandbox recreated before the old one's DEL.  Packets cost
-one map lookup whatever the number of pods, and ADD and DEL touch only the owner's chains and
-elements, never listing other pods' rules.  ``fib daddr type local`` keeps traffic to addresses
-that are not the node's own untouched (the reference's PR #1210 bug).
+The map layout (:mod:`.maps`) keeps a container in elements of the maps and sets; the chain layout
+(a config with conditions, a key claimed after another container, the previous release's pods) in
+its own chains.  Packets cost one map lookup whatever the number of pods.  ``fib daddr type
+local`` keeps traffic to addresses that are not the node's own untouched (the reference's PR
+#1210 bug).
 
 Each transaction is one command list, applied atomically by :func:`cnichain.common.nft.apply`.
-The objects are those the earlier text scripts created (same names, types, priorities, rule
-expressions and comments), so a node upgraded mid-flight keeps working on its existing rules.
+The chain layout's objects are those the earlier text scripts created (same names, types,
+priorities, rule expressions and comments), so a node upgraded mid-flight keeps working on its
+existing rules.
 
-DEL normally needs no listing at all.  When the runtime resends the mappings and prevResult of
-ADD (libcni does), :func:`config_delete` removes the container's keys and chains in one
-transaction that first (re)asserts exactly what ADD installed -- ``add`` of each chain and each
+The chain layout's DEL needs no listing either when the runtime resends the mappings and
+prevResult of ADD (libcni does): :func:`config_delete` removes the container's keys and chains in
+one transaction that first (re)asserts exactly what ADD installed -- ``add`` of each chain and each
 element pointing at it, both no-ops when present -- and then deletes it.  The kernel is the
 guard: ``add`` of an element that points at another container's chain fails (EEXIST), deleting
 a chain some element not in the config still points at fails (EBUSY), and a failed transaction
-changes nothing, after which DEL lists the chain as before.  A repeated DEL simply succeeds.
-Listing costs libnftables a cache fill that grows with the number of pods (~4 ms at 1,000).
+changes nothing, after which DEL lists the table.  A repeated DEL simply succeeds.
 """
 
 from __future__ import annotations
@@ -39,18 +45,27 @@ from cnichain.common.record import Record
 
 from . import commands as nft
 from .names import (
+    CHAIN_LAYOUT,
     DSTNAT_PRIORITY,
+    HAIRPIN,
     MAPS,
+    MASQ_ALL,
+    OWN_MAPS,
+    OWNER_TYPE,
+    OWNERS,
+    SETS,
     SRCNAT_PRIORITY,
     TABLE_COMMENT,
+    TO_MAPS,
+    as_addr,
     dnat_chain,
     dnat_key,
     identity_comment,
     key_map,
-    keys_of_rules,
     masq_chain,
     masq_key,
     owner_id,
+    plan_digest,
 )
 
 TYPE_CHECKING = False
@@ -75,6 +90,9 @@ class OwnerPlan(Record):
     masq_rules: list[dict]  # rule bodies for m-<owner>
     dnat_keys: list[str]
     masq_keys: list[str]
+    targets: dict[str, tuple[str, int]]  # DNAT key -> (pod address, port): its first mapping's
+    masq_all: bool
+    conditioned: bool  # the config's conditions apply to a mapped family: chain layout only
 
     def __init__(
         self,
@@ -84,6 +102,9 @@ class OwnerPlan(Record):
         masq_rules: Optional[list[dict]] = None,
         dnat_keys: Optional[list[str]] = None,
         masq_keys: Optional[list[str]] = None,
+        targets: Optional[dict[str, tuple[str, int]]] = None,
+        masq_all: bool = False,
+        conditioned: bool = False,
     ) -> None:
         self.owner = owner
         self.identity = identity
@@ -91,10 +112,25 @@ class OwnerPlan(Record):
         self.masq_rules = [] if masq_rules is None else masq_rules
         self.dnat_keys = [] if dnat_keys is None else dnat_keys
         self.masq_keys = [] if masq_keys is None else masq_keys
+        self.targets = {} if targets is None else targets
+        self.masq_all = masq_all
+        self.conditioned = conditioned
 
     @property
     def empty(self) -> bool:
         return not self.dnat_keys
+
+    @property
+    def keys(self) -> list[str]:
+        return self.dnat_keys + self.masq_keys
+
+    @property
+    def digest(self) -> str:
+        """What this plan installs in the map layout, as the 128-bit digest OWNERS holds for it:
+        a DEL or a re-ADD with other mappings, addresses or masquerading differs from it."""
+        entries = [f"{k}={addr}/{port}" for k, (addr, port) in self.targets.items()]
+        entries += [f"{k}{'/all' if self.masq_all else ''}" for k in self.masq_keys]
+        return plan_digest(entries)
 
 
 def _addr_match(family: int, field_: str, addr: str) -> dict:
@@ -110,7 +146,8 @@ def plan_owner(
     network: str, container_id: str, cfg: PortmapConfig, ips: dict[int, str]
 ) -> OwnerPlan:
     """The rules for one container: per family with a container IP, every mapping of that family."""
-    plan = OwnerPlan(owner_id(network, container_id), identity_comment(network, container_id))
+    plan = OwnerPlan(owner_id(network, container_id), identity_comment(network, container_id),
+                     masq_all=cfg.masq_all)
     plan.dnat_rules.append(_marker(plan.identity))
     for family in (4, 6):
         cip = ips.get(family)
@@ -122,6 +159,8 @@ def plan_owner(
             if not m.applies_to(family):
                 continue
             key = dnat_key(m, family)
+            plan.targets.setdefault(key, (cip, m.container_port))
+            plan.conditioned = plan.conditioned or bool(cond)
             if key.startswith("ip/"):
                 match = _addr_match(family, "daddr", m.host_ip)
             else:
@@ -157,10 +196,40 @@ def rule_comments(rules: list[dict]) -> list[str]:
 # -- transactions ----------------------------------------------------------------------------
 
 
+def declarations() -> str:
+    """The table and the DNAT target maps, as an nft script of idempotent ``add`` commands: the
+    maps whose values are ``address . port`` can only be declared from text (see
+    :func:`.commands.concat_map_text`).  Applied, as its own transaction, before :func:`skeleton`."""
+    lines = [nft.table_text()]
+    lines += [nft.concat_map_text(name, keys, values) for name, keys, values in TO_MAPS.values()]
+    return "\n".join(lines)
+
+
+def _to_rule(kind: str, family: int) -> dict:
+    """``hostports``: DNAT through the family's target map, by destination address when the
+    mappings name one (``ip``), by protocol and port alone otherwise (``any``)."""
+    name = TO_MAPS[(kind, family)][0]
+    l4proto, dport = nft.meta("l4proto"), nft.payload("th", "dport")
+    if kind == "ip":
+        return nft.rule("hostports", [nft.dnat_map(family, [nft.payload(_ip(family), "daddr"), l4proto, dport], name)])
+    return nft.rule("hostports", [nft.match(nft.meta("nfproto"), f"ipv{family}"),
+                                  nft.dnat_map(family, [l4proto, dport], name)])
+
+
+def _ip(family: int) -> str:
+    return "ip" if family == 4 else "ip6"
+
+
 def skeleton() -> list[dict]:
-    """The shared table, maps and base chains, rebuilt idempotently by every slow-path change."""
+    """The shared table, maps, sets and base chains, rebuilt idempotently by every slow-path
+    change (after :func:`declarations`).  ``hostports`` tries a destination address's mappings
+    before the any-address ones, and within each the map layout before the chain layout: a
+    key's line starts with its owner in the maps (see :mod:`.maps`)."""
     out = [nft.table(TABLE_COMMENT)]
     out += [nft.verdict_map(name, types) for name, types in MAPS.items()]
+    out += [nft.data_map(OWN_MAPS[name], types, OWNER_TYPE) for name, types in MAPS.items()]
+    out.append(nft.data_map(OWNERS, [OWNER_TYPE], OWNER_TYPE))
+    out += [nft.named_set(name, types) for name, types in SETS.items()]
     out += [
         nft.base_chain("prerouting", "prerouting", DSTNAT_PRIORITY),
         nft.base_chain("output", "output", DSTNAT_PRIORITY),
@@ -169,20 +238,29 @@ def skeleton() -> list[dict]:
     ]
     out += [nft.flush_chain(c) for c in ("prerouting", "output", "hostports", "postrouting")]
     l4proto, dport = nft.meta("l4proto"), nft.payload("th", "dport")
+    dnat_status = nft.ct_status_dnat()
     out += [
         nft.rule("prerouting", [nft.fib_daddr_local(), nft.jump("hostports")]),
         nft.rule("output", [nft.fib_daddr_local(), nft.jump("hostports")]),
+        _to_rule("ip", 4),
+        _to_rule("ip", 6),
         nft.rule("hostports", [nft.vmap([nft.payload("ip", "daddr"), l4proto, dport], "dnat_ip4")]),
         nft.rule("hostports", [nft.vmap([nft.payload("ip6", "daddr"), l4proto, dport], "dnat_ip6")]),
+        _to_rule("any", 4),
+        _to_rule("any", 6),
         nft.rule("hostports", [nft.vmap([nft.meta("nfproto"), l4proto, dport], "dnat_any")]),
-        nft.rule("postrouting", [nft.ct_status_dnat(), nft.vmap([nft.payload("ip", "daddr")], "masq4")]),
-        nft.rule("postrouting", [nft.ct_status_dnat(), nft.vmap([nft.payload("ip6", "daddr")], "masq6")]),
+        nft.rule("postrouting", [dnat_status, nft.vmap([nft.payload("ip", "daddr")], "masq4")]),
+        nft.rule("postrouting", [dnat_status, nft.vmap([nft.payload("ip6", "daddr")], "masq6")]),
     ]
+    for family in (4, 6):
+        daddr, saddr = nft.payload(_ip(family), "daddr"), nft.payload(_ip(family), "saddr")
+        out.append(nft.rule("postrouting", [dnat_status, nft.in_set([daddr, saddr], HAIRPIN[family]), nft.MASQUERADE]))
+        out.append(nft.rule("postrouting", [dnat_status, nft.in_set([daddr], MASQ_ALL[family]), nft.MASQUERADE]))
     return out
 
 
 # Rules each shared chain holds once the skeleton is in place (CHECK compares counts).
-SKELETON_RULES = {"prerouting": 1, "output": 1, "hostports": 3, "postrouting": 2}
+SKELETON_RULES = {"prerouting": 1, "output": 1, "hostports": 7, "postrouting": 6}
 
 
 def owner_chains(plan: OwnerPlan, create: bool) -> list[dict]:
@@ -213,32 +291,28 @@ def fast_add(plan: OwnerPlan) -> list[dict]:
     this transaction fails (ENOENT: no maps yet) and the caller takes that path.  Otherwise it
     fails with EEXIST when the container or one of its keys exists, with the same outcome.
     """
-    out = owner_chains(plan, create=True)
+    out = [nft.items(OWNERS, [chain_layout_entry(plan)], "create")]
+    out += owner_chains(plan, create=True)
     out += [element(k, dnat_chain(plan.owner), "create") for k in plan.dnat_keys]
     out += [element(k, masq_chain(plan.owner), "create") for k in plan.masq_keys]
     return out
+
+
+def chain_layout_entry(plan: OwnerPlan) -> list:
+    """The OWNERS element of a container in the chain layout: its identity, the layout's digest."""
+    return [nft.commented(as_addr(plan.owner), plan.identity), as_addr(CHAIN_LAYOUT)]
 
 
 def config_delete(plan: OwnerPlan) -> list[dict]:
     """DEL from the config alone, without listing: succeeds only if ``plan``'s keys are exactly
     the container's (see the module docstring); otherwise the kernel voids it and nothing changed."""
     c, m = dnat_chain(plan.owner), masq_chain(plan.owner)
-    out = [nft.chain(c), nft.chain(m)]  # the masquerade chain whatever snat says now
+    # Its OWNERS element says the chain layout (refused for a container in the map layout, whose
+    # chains this transaction would otherwise find absent and "remove" without touching its maps);
+    # a pod of the previous release has none, and the add and delete leave none.
+    out = [nft.items(OWNERS, [chain_layout_entry(plan)]), nft.items(OWNERS, [as_addr(plan.owner)], "delete")]
+    out += [nft.chain(c), nft.chain(m)]  # the masquerade chain whatever snat says now
     out += [element(k, c) for k in plan.dnat_keys] + [element(k, m) for k in plan.masq_keys]
     out += [element(k, verb="delete") for k in plan.dnat_keys + plan.masq_keys]
     out += [nft.flush_chain(c), nft.delete_chain(c), nft.flush_chain(m), nft.delete_chain(m)]
-    return out
-
-
-def fast_delete(owner: str, comments: list[str]) -> list[dict]:
-    """DEL assuming every key of this container dispatches straight to it.
-
-    If a key is shared (its element jumps to a ``b-`` chain that still jumps here), deleting
-    the chain fails with EBUSY and the whole transaction is void: the caller takes the slow path.
-    """
-    dnat, masq = keys_of_rules(comments)
-    out = [element(k, verb="delete") for k in dnat + masq]
-    out += [nft.flush_chain(dnat_chain(owner)), nft.delete_chain(dnat_chain(owner))]
-    if masq:
-        out += [nft.flush_chain(masq_chain(owner)), nft.delete_chain(masq_chain(owner))]
     return out

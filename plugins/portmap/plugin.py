@@ -1,9 +1,10 @@
 """portmap: forward host ports to a pod, on nftables, owned per container.
 
-ADD installs this container's chains and dispatch keys in one transaction; DEL removes exactly
-them, with or without ``prevResult``, ``CNI_NETNS`` or ``runtimeConfig.portMappings`` (the
-reference needs the mappings again on DEL and leaks its rules without them).  CHECK looks for the
-container's rules; GC removes the mappings of containers not in ``cni.dev/valid-attachments``.
+ADD installs this container's map elements (or, for a config with conditions or a key another
+container claimed first, its chains) in one transaction; DEL removes exactly them, with or without
+``prevResult``, ``CNI_NETNS`` or ``runtimeConfig.portMappings`` (the reference needs the mappings
+again on DEL and leaks its rules without them).  CHECK reads the container's entries back; GC
+removes the mappings of containers not in ``cni.dev/valid-attachments``.
 The result is ``prevResult``, untouched, in the config's version.
 """
 
@@ -17,7 +18,7 @@ from cnichain.common.types import Result
 
 from . import names
 from .config import PortmapConfig, container_ips, load
-from .plan import SKELETON_RULES, OwnerPlan, plan_owner
+from .plan import OwnerPlan, plan_owner
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
@@ -127,21 +128,16 @@ def cmd_check(req: Request) -> None:
         return None
     from . import kernel
 
-    have = kernel.owner_comments(plan.owner)
-    if have is None and kernel.reference_rules_present(req.network_name, req.container_id):
+    from .verify import problem
+
+    snap = kernel.snapshot()
+    holds_nothing = snap is None or (plan.owner not in snap.digests and not snap.map_keys(plan.owner)
+                                     and names.dnat_chain(plan.owner) not in snap.chains)
+    if holds_nothing and kernel.reference_rules_present(req.network_name, req.container_id):
         return None  # a pod the reference set up before a swap in place: its rules do the job
-    for chain, rules in SKELETON_RULES.items():
-        if (kernel.chain_rule_count(chain) or 0) < rules:
-            raise plugin_error(f'missing hostport rules in shared chain "{chain}" of table {names.FAMILY_TABLE}')
-    if have is None:
-        raise plugin_error(f'missing hostport rules: chain "{names.dnat_chain(plan.owner)}" not found')
-    missing = [k for k in plan.dnat_keys + plan.masq_keys if k not in have]
-    if missing:
-        raise plugin_error(f"missing hostport rules in chain {names.dnat_chain(plan.owner)!r}: {missing}")
-    if plan.masq_rules:
-        count = kernel.chain_rule_count(names.masq_chain(plan.owner))
-        if not count or count < len(plan.masq_rules):
-            raise plugin_error(f'missing masquerade rules in chain "{names.masq_chain(plan.owner)}"')
+    found = problem(snap, plan)
+    if found is not None:
+        raise plugin_error(found)
     return None
 
 

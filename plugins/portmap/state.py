@@ -1,15 +1,17 @@
 """portmap's reconciler face: what it installed for an attachment, read back, repaired, collected.
 
-Its state is its nftables table: the shared skeleton chains, and per container a DNAT chain (named
-by its identity rule: network and container) with the keys of its map elements, and a masquerade
-chain when the config asks for hairpin SNAT.
+Its state is its nftables table: the shared skeleton (chains, maps, sets), and per container
+either its elements in the maps and sets (the map layout: an OWNERS element naming network and
+container, an ownership and a target element per key, masquerade set elements) or, for a config
+with conditions or a key another container claimed first, its DNAT and masquerade chains.
 
-* check: its CHECK (our table, the shared chains, the container's chain and keys); repaired by its
-  ADD, whose slow path rebuilds the table's skeleton and this container's chains and keys without
-  touching any other container's (and flushes the UDP/SCTP conntrack entries of the ports);
-* survey: one snapshot of the table per pass; intact: this container's chains and keys are in it;
+* check: its CHECK (our table, the shared chains, the container's entries in its layout);
+  repaired by its ADD, whose one transaction puts back any element that is missing (its slow
+  path rebuilds the skeleton and this container's chains) without touching any other
+  container's, and flushes the UDP/SCTP conntrack entries of the ports;
+* survey: one snapshot of the table per pass; intact: :func:`.verify.problem` finds nothing;
 * leftovers: a container no cache names is removed by owner (``remove_many`` of that owner's
-  chains and keys), never by "everything not valid".
+  entries in both layouts), never by "everything not valid".
 """
 
 from __future__ import annotations
@@ -39,21 +41,12 @@ def _survey(_stack: ExitStack) -> Any:
 
 def _intact(snap: Any, req: Request) -> bool:
     from cnichain.plugins.portmap.config import container_ips, load
-    from cnichain.plugins.portmap.names import dnat_chain, masq_chain
-    from cnichain.plugins.portmap.plan import SKELETON_RULES, plan_owner
+    from cnichain.plugins.portmap.plan import plan_owner
+    from cnichain.plugins.portmap.verify import problem
 
-    if snap is None:
-        return False
-    if any(len(snap.comments.get(chain, [])) < n for chain, n in SKELETON_RULES.items()):
-        return False
     prev = req.require_prev_result()
     plan = plan_owner(req.network_name, req.container_id, load(req.conf), container_ips(prev, req.ifname))
-    if plan.empty:
-        return True
-    have = snap.comments.get(dnat_chain(plan.owner))
-    if have is None or any(k not in have or k not in snap.elements for k in plan.dnat_keys + plan.masq_keys):
-        return False
-    return not plan.masq_rules or len(snap.comments.get(masq_chain(plan.owner), [])) >= len(plan.masq_rules)
+    return problem(snap, plan) is None
 
 
 def _check(req: Request) -> Optional[str]:

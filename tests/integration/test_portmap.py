@@ -174,19 +174,23 @@ def test_two_pods_share_a_host_port_and_dels_touch_only_their_own(lab, node, cha
             runtime.add(conf, att)
             pods[name] = att
             servers.append(serve(lab, ns, 80, name))
-        bucket = names.bucket_chain("any/4/tcp/8080")
-        assert table(lab).elements["any/4/tcp/8080"] == bucket
+        old, new = (names.owner_id(conf.name, f"ctr-{n}") for n in ("old", "new"))
+        snap = table(lab)
+        # the first claim holds the key in the maps; the later one waits in the chain layout
+        assert snap.own["any/4/tcp/8080"] == old and snap.elements["any/4/tcp/8080"] == names.dnat_chain(new)
         assert fetch(lab, client, NODE4, 8080) == "old"
         check_as_runtime(runtime, conf, pods["old"])
         check_as_runtime(runtime, conf, pods["new"])
         runtime.delete(conf, pods["old"])
         assert fetch(lab, client, NODE4, 8080) == "new"
         snap = table(lab)
-        assert snap.elements["any/4/tcp/8080"].startswith("c-") and bucket not in snap.chains
+        assert "any/4/tcp/8080" not in snap.own and snap.elements["any/4/tcp/8080"] == names.dnat_chain(new)
         check_as_runtime(runtime, conf, pods["new"])
         runtime.delete(conf, pods["new"])
         assert fetch(lab, client, NODE4, 8080) == ""
-        assert table(lab).chains.keys() <= {"prerouting", "output", "postrouting", "hostports"}
+        snap = table(lab)
+        assert snap.chains.keys() <= {"prerouting", "output", "postrouting", "hostports"}
+        assert not (snap.own or snap.to or snap.elements or snap.digests)
     finally:
         for s in servers:
             s.kill()
@@ -260,7 +264,8 @@ def test_contract_per_version(lab, plugin_dir, routed, cni_version):
     if expects_check(cni_version):
         code, out = run_plugin(lab, plugin_dir, "CHECK", pm_conf(cni_version, prev, mappings), "c-ver")
         assert code == 1
-        assert_cni_error(out, 999, f'missing hostport rules: chain "c-{owner}" not found')
+        assert_cni_error(out, 999, f"missing hostport rules: nothing of 'id {names.network_digest('pmsyn')} "
+                                   f"pmsyn/c-ver' in table inet {names.TABLE}")
 
 
 def test_readd_replaces_and_shared_ip_is_kept(lab, plugin_dir, routed, chained_version):
@@ -273,12 +278,13 @@ def test_readd_replaces_and_shared_ip_is_kept(lab, plugin_dir, routed, chained_v
     assert run_plugin(lab, plugin_dir, "ADD", pm_conf(version, prev, m1), "b") == (0, prev)  # same IP as a
     snap = table(lab)
     a, b = names.owner_id("pmsyn", "a"), names.owner_id("pmsyn", "b")
-    assert sorted(snap.keys(a)[0]) == ["any/4/tcp/9090", "any/6/tcp/9090"]
-    assert snap.elements["any/4/tcp/8080"] == f"c-{b}"
-    assert snap.elements["masq/10.66.0.5"] == names.bucket_chain("masq/10.66.0.5")
+    # a's re-ADD replaced its keys in the maps; b's address is a's, so b waits in the chain layout
+    assert sorted(snap.map_keys(a)) == ["any/4/tcp/9090", "any/6/tcp/9090", "masq/10.66.0.5", "masq/fd66::5"]
+    assert snap.elements == {"any/4/tcp/8080": f"c-{b}", "any/6/tcp/8080": f"c-{b}",
+                             "masq/10.66.0.5": f"m-{b}", "masq/fd66::5": f"m-{b}"}
     assert run_plugin(lab, plugin_dir, "DEL", pm_conf(version), "a") == (0, None)
     snap = table(lab)
-    assert snap.owners() == [b]
+    assert snap.owners() == [b] and snap.own == {} and snap.to == {}
     assert snap.elements == {"any/4/tcp/8080": f"c-{b}", "any/6/tcp/8080": f"c-{b}",
                              "masq/10.66.0.5": f"m-{b}", "masq/fd66::5": f"m-{b}"}
     check = run_plugin(lab, plugin_dir, "CHECK", pm_conf(version, prev, m1), "b")
@@ -324,17 +330,25 @@ def test_parallel_add_del_of_20_pods(lab, plugin_dir, routed):
             for fam in (4, 6):
                 expect_keys.add(f"any/{fam}/{m.get('protocol', 'tcp')}/{m['hostPort']}")
         expect_keys |= {f"masq/10.66.0.{i + 2}", f"masq/fd66::{i + 2:x}"}
-    assert set(snap.elements) == expect_keys
-    shared = snap.elements["any/4/tcp/7000"]
-    assert shared == names.bucket_chain("any/4/tcp/7000")
-    jumps = [c for c in snap.comments[shared]]
-    assert sorted(jumps) == sorted(names.owner_id("pmsyn", f"par{i}") for i in alive if i % 2)
-    # nothing else lingers: owner chains, masq chains, the two shared buckets and the base chains
-    expected_chains = {"prerouting", "output", "postrouting", "hostports", shared, names.bucket_chain("any/6/tcp/7000")}
-    for i in alive:
-        o = names.owner_id("pmsyn", f"par{i}")
+    holders: dict[str, set[str]] = {}
+    for k, o in snap.own.items():
+        holders.setdefault(k, set()).add(o)
+    for k, claimants in snap.chain_claims().items():
+        holders.setdefault(k, set()).update(claimants)
+    assert set(holders) == expect_keys
+    shared = [names.owner_id("pmsyn", f"par{i}") for i in alive if i % 2]
+    assert holders["any/4/tcp/7000"] == set(shared)
+    # the first claim holds the shared port in the maps, the others wait in the chain layout
+    assert snap.own["any/4/tcp/7000"] in shared
+    assert snap.elements["any/4/tcp/7000"] == names.bucket_chain("any/4/tcp/7000")
+    assert sorted(snap.line("any/4/tcp/7000") + [snap.own["any/4/tcp/7000"]]) == sorted(shared)
+    # nothing else lingers: the waiting owners' chains, the shared buckets and the base chains
+    buckets = {names.bucket_chain(k) for k, claimants in snap.chain_claims().items() if len(claimants) > 1}
+    expected_chains = {"prerouting", "output", "postrouting", "hostports"} | buckets
+    for o in snap.chain_owners():
         expected_chains |= {f"c-{o}", f"m-{o}"}
     assert set(snap.chains) == expected_chains
+    assert set(snap.digests) == set(snap.owners())
 
 
 def test_gc_removes_containers_not_listed(lab, plugin_dir, routed):

@@ -18,7 +18,7 @@ from typing import Iterator
 
 import pytest
 
-from cnichain.plugins.portmap import names
+from tests.runtime import leftovers
 from cnichain.podstate.runtime import Attachment
 from tests.integration.reconciler_node import Node, masquerade_rules
 from tests.polling import wait_for
@@ -84,8 +84,8 @@ def test_a_flush_between_the_chains_add_and_its_cache_write_is_repaired(node, la
         del node.runtime._save_cache  # the runner's own write again
         node.runtime.delete(node.conf, att)
         time.sleep(1.0)  # a pass after the DEL: nothing of the deleted pod comes back
-        assert names.dnat_chain(names.owner_id(node.conf.name, att.container_id)) not in lab.run(
-            lab.node, "nft", "list", "ruleset").stdout
+        assert leftovers.portmap_held(lambda *argv, **kw: lab.run(lab.node, *argv, **kw),
+                                      node.conf.name, att.container_id) == []
         assert att.container_id not in masquerade_rules(lab)
 
 
@@ -125,6 +125,6 @@ def test_state_of_a_plugin_executable_that_is_not_ours_is_left_alone(node, lab, 
         wait_for("a sweep to leave portmap alone", lambda: node.plugin_states(att).get("portmap") == "not-ours")
         wait_for("our bridge's masquerade to return", lambda: att.container_id in masquerade_rules(lab), timeout=BOUND)
         assert node.fetch(8097) == ""
-        assert "chain c-" not in lab.run(lab.node, "nft", "list", "table", names.FAMILY, names.TABLE,
-                                         check=False).stdout
+        assert leftovers.portmap_held(lambda *argv, **kw: lab.run(lab.node, *argv, **kw),
+                                      node.conf.name, att.container_id) == []
     node.runtime.delete(node.conf, att)

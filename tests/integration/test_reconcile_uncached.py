@@ -21,7 +21,7 @@ from typing import Iterator
 import pytest
 
 from cnichain.plugins.bandwidth.config import ifb_name
-from cnichain.plugins.portmap import names
+from tests.runtime import leftovers
 from tests.integration.reconciler_node import Node, masquerade_rules
 from tests.polling import wait_for
 
@@ -63,7 +63,7 @@ def cri(lab, tmp_path):
 
 
 def held(node: Node, lab, cid: str) -> list[str]:
-    """What ``cid`` holds: its reservations, portmap chain, IFB, masquerade rules."""
+    """What ``cid`` holds: its reservations, portmap entries, IFB, masquerade rules."""
     ipam = os.path.join(lab.workdir, "ipam", node.conf.name)
     out = []
     for name in os.listdir(ipam) if os.path.isdir(ipam) else []:
@@ -71,9 +71,8 @@ def held(node: Node, lab, cid: str) -> list[str]:
             with open(os.path.join(ipam, name)) as fh:
                 if fh.read().split()[0] == cid:
                     out.append(f"reservation {name}")
-    table = lab.run(lab.node, "nft", "list", "table", names.FAMILY, names.TABLE, check=False).stdout
-    if names.dnat_chain(names.owner_id(node.conf.name, cid)) in table:
-        out.append("portmap chain")
+    if leftovers.portmap_held(lambda *argv, **kw: lab.run(lab.node, *argv, **kw), node.conf.name, cid):
+        out.append("portmap")
     if ifb_name(node.conf.name, cid) in lab.run(lab.node, "ip", "-o", "link", "show", "type", "ifb").stdout:
         out.append("ifb")
     if cid in masquerade_rules(lab):
@@ -91,7 +90,7 @@ def test_uncached_state_is_collected_only_for_a_container_the_runtime_answered_i
     for role in ("kept", "lost"):  # the cache is wiped for these two; their pods live on
         os.unlink(os.path.join(node.cache_root, "results", f"{node.conf.name}-ctr-{role}-eth0"))
     before = held(node, lab, "ctr-lost")
-    assert len(before) == 4, before  # a reservation, the portmap chain, the IFB, the masquerade rule
+    assert len(before) == 4, before  # a reservation, the portmap entries, the IFB, the masquerade rule
     state["ids"] = ["ctr-cached", "ctr-kept"]
     with node.agent("--runtime-endpoint", path, "--sweep-interval", "0.5", "--grace", "1") as agent:
         # An error status: cannot tell, so nothing is a leak, however long past the grace period.

@@ -22,9 +22,9 @@ from cnichain.podstate.runtime import Attachment, PluginFailed
 from tests.polling import wait_for
 from cnichain.plugins.bandwidth.config import ifb_name
 from cnichain.plugins.bridge.rules import SPOOF_TABLE
-from cnichain.plugins.portmap import names
 
 from tests.integration.reconciler_node import NODE4, Node, conflist, masquerade_rules
+from tests.runtime import leftovers
 
 pytestmark = pytest.mark.integration
 
@@ -89,9 +89,7 @@ def test_flushed_ruleset_and_deleted_qdiscs_come_back_from_the_plugins_own_state
         assert "  rcnet/ctr-pod/eth0: bandwidth " in shown  # each plugin's state: ok, or repaired since
         assert "bandwidth/ok 2" in shown and "portmap/ok 1" in shown and "bridge/ok 1" in shown
     node.runtime.delete(node.conf, att)
-    assert names.TABLE not in lab.run(lab.node, "nft", "list", "tables").stdout or not node.lab.run(
-        lab.node, "nft", "list", "chain", "inet", names.TABLE, names.dnat_chain(names.owner_id("rcnet", "ctr-pod")),
-        check=False).returncode == 0
+    assert leftovers.portmap_held(lambda *argv, **kw: lab.run(lab.node, *argv, **kw), "rcnet", "ctr-pod") == []
 
 
 def test_dry_run_changes_nothing(node, lab):
@@ -147,9 +145,9 @@ def test_a_pod_whose_netns_vanished_is_collected_after_grace_and_live_pods_keep_
         assert owners() == ["ctr-live"]
         links = lab.run(lab.node, "ip", "-o", "link", "show").stdout
         assert ifb_name("rcnet", "ctr-dead") not in links and ifb_name("rcnet", "ctr-live") in links
-        table = lab.run(lab.node, "nft", "list", "table", "inet", names.TABLE).stdout
-        assert names.dnat_chain(names.owner_id("rcnet", "ctr-dead")) not in table
-        assert names.dnat_chain(names.owner_id("rcnet", "ctr-live")) in table
+        def held(cid: str) -> list[str]:
+            return leftovers.portmap_held(lambda *argv, **kw: lab.run(lab.node, *argv, **kw), "rcnet", cid)
+        assert held("ctr-dead") == [] and held("ctr-live") != []
         assert "ctr-dead" not in masquerade_rules(lab) and "ctr-live" in masquerade_rules(lab)
         assert node.fetch(8085) == "live"
         metrics = agent.metrics()

@@ -16,6 +16,7 @@ from typing import Callable
 from cnichain.plugins.host_local.config import DEFAULT_DATA_DIR as IPAM_DIR
 from cnichain.plugins.host_local.kernel import LAST_IP_PREFIX, LOCK_NAME
 from cnichain.plugins.portmap import names as portmap_names
+from cnichain.plugins.portmap import rebuild as portmap_rebuild
 from cnichain.plugins.tuning.config import DEFAULT_DATA_DIR as TUNING_DIR
 from cnichain.podstate import cache
 
@@ -32,8 +33,17 @@ def _json(run: Run, *argv: str) -> list:
     return json.loads(text) if text.strip() else []
 
 
+def portmap_snapshot(run: Run) -> portmap_rebuild.Snapshot:
+    """portmap's table as portmap reads it (empty when there is no table at all)."""
+    family, table = PORTMAP_TABLE
+    proc = run("nft", "-j", "list", "table", family, table, check=False)
+    if proc.returncode != 0:
+        return portmap_rebuild.Snapshot()
+    return portmap_rebuild.Snapshot.from_json(json.loads(proc.stdout).get("nftables", []))
+
+
 def portmap_entries(run: Run) -> list[str]:
-    """Per-container chains and map elements in our portmap table (the shared skeleton may stay)."""
+    """Per-container chains and map and set elements in our portmap table (the shared skeleton may stay)."""
     family, table = PORTMAP_TABLE
     proc = run("nft", "-j", "list", "table", family, table, check=False)
     if proc.returncode != 0:
@@ -43,20 +53,26 @@ def portmap_entries(run: Run) -> list[str]:
         chain = item.get("chain")
         if chain and chain.get("name", "").startswith(PORTMAP_OWNED_PREFIXES):
             found.append(f"chain {chain['name']}")
-        nft_map = item.get("map")
-        if nft_map and nft_map.get("elem"):
-            found.append(f"map {nft_map['name']}: {len(nft_map['elem'])} element(s)")
+        for kind in ("map", "set"):
+            body = item.get(kind)
+            if body and body.get("elem"):
+                found.append(f"{kind} {body['name']}: {len(body['elem'])} element(s)")
     return found
 
 
-def portmap_rule_count(run: Run) -> int:
-    """Rules in per-container chains: > 0 while a pod with hostPorts is up."""
-    family, table = PORTMAP_TABLE
-    proc = run("nft", "-j", "list", "table", family, table, check=False)
-    if proc.returncode != 0:
-        return 0
-    return sum(1 for item in json.loads(proc.stdout).get("nftables", [])
-               if "rule" in item and item["rule"].get("chain", "").startswith(PORTMAP_OWNED_PREFIXES))
+def portmap_held(run: Run, network: str, container_id: str) -> list[str]:
+    """What portmap holds for one container, by kind, in either of its layouts."""
+    snap = portmap_snapshot(run)
+    owner = portmap_names.owner_id(network, container_id)
+    found = [f"owners element {owner}"] if owner in snap.digests else []
+    found += [f"chain {portmap_names.dnat_chain(owner)}"] if owner in snap.chain_owners() else []
+    found += [f"map key {k}" for k in snap.map_keys(owner)]
+    return found
+
+
+def portmap_pods(run: Run) -> int:
+    """Containers portmap holds hostPorts for (either layout): > 0 while a pod with hostPorts is up."""
+    return len(portmap_snapshot(run).owners())
 
 
 def ifbs(run: Run) -> list[str]:

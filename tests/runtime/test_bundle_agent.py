@@ -72,7 +72,7 @@ def pod_with_port_and_bandwidth(node: Node, cri, busybox: str, name: str, host_p
     traffic.wait_listening(traffic.pod_argv(pod.pid), 80)
     reply = traffic.http_get(node.client_argv(), NODE_IP, host_port)
     assert b"200 OK" in reply and ocimage.PAGE in reply, reply
-    assert leftovers.portmap_rule_count(checks_run(node)) > 0  # the leftovers check sees the rules
+    assert leftovers.portmap_pods(checks_run(node)) > 0  # the leftovers check sees the rules
     cri.stop_pod(pod.id)
     cri.remove_pod(pod.id)
     assert leftovers.everything(checks_run(node)) == []

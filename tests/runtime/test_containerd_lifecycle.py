@@ -63,7 +63,7 @@ def test_stop_then_remove_leave_nothing(cri_node: CriNode) -> None:
     node, cri = cri_node.node, cri_node.cri
     pod = cri.run_pod(PodSpec(name="full", ports=[Port(80, 18084), Port(53, 18085, "UDP")], annotations={
         "kubernetes.io/ingress-bandwidth": "10M", "kubernetes.io/egress-bandwidth": "10M"}))
-    assert leftovers.portmap_rule_count(node.node_run) > 0
+    assert leftovers.portmap_pods(node.node_run) > 0
     assert leftovers.shaping_qdiscs(node.node_run)  # the host veth's TBF (the default layout shapes egress in the pod)
     assert leftovers.files_in(node.node_run, leftovers.NETNS_DIR)
     # the release under test runs its own shim, not the system's

@@ -32,7 +32,7 @@ def test_hostport_tcp_reaches_container(cri_node: CriNode) -> None:
     traffic.wait_listening(traffic.pod_argv(pod.pid), 80)
     reply = traffic.http_get(node.client_argv(), NODE_IP, 18081)
     assert b"200 OK" in reply and ocimage.PAGE in reply, reply
-    assert leftovers.portmap_rule_count(node.node_run) > 0
+    assert leftovers.portmap_pods(node.node_run) > 0
 
     cri.stop_pod(pod.id)
     cri.remove_pod(pod.id)

@@ -23,7 +23,6 @@ import pytest
 
 from cnichain.agent import running_agent
 from cnichain.plugins.bandwidth.config import ifb_name
-from cnichain.plugins.portmap import names as portmap_names
 
 from . import leftovers
 from .conftest import CriNode
@@ -58,31 +57,17 @@ def lost_pod(cri_node: CriNode) -> None:
     node.node_run("ip", "netns", "del", ns)
 
 
-KINDS = ("reservation", "chain", "map element", "masquerade rule", "ifb")
-
-
-def _map_elements_to(run, chain: str) -> list[str]:
-    """The elements of portmap's verdict maps that send a port to ``chain`` (the lost pod's)."""
-    family, table = leftovers.PORTMAP_TABLE
-    proc = run("nft", "-j", "list", "table", family, table, check=False)
-    if proc.returncode != 0:
-        return []
-    found = []
-    for item in json.loads(proc.stdout).get("nftables", []):
-        nft_map = item.get("map") or {}
-        found += [f"{nft_map['name']}: {json.dumps(e)}" for e in nft_map.get("elem") or []
-                  if chain in json.dumps(e)]
-    return found
+KINDS = ("reservation", "portmap owner", "portmap key", "masquerade rule", "ifb")
 
 
 def lost_state(cri_node: CriNode) -> dict[str, list[str]]:
     """What the lost pod left, by kind (each kind's findings name the lost pod, none the live one)."""
     run = cri_node.node.node_run
-    chain = portmap_names.dnat_chain(portmap_names.owner_id(NETWORK, LOST))
+    portmap = leftovers.portmap_held(run, NETWORK, LOST)
     return {
         "reservation": [r for r in leftovers.ipam_reservations(run) if LOST in run("cat", r, check=False).stdout],
-        "chain": [c for c in leftovers.portmap_entries(run) if c == f"chain {chain}"],
-        "map element": _map_elements_to(run, chain),
+        "portmap owner": [e for e in portmap if e.startswith(("owners element", "chain"))],
+        "portmap key": [e for e in portmap if e.startswith("map key")],
         "masquerade rule": [m for m in masquerade_leftovers(cri_node) if LOST in m],
         "ifb": [f for f in leftovers.ifbs(run) if ifb_name(NETWORK, LOST) in f],
     }

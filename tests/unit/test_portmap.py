@@ -253,23 +253,11 @@ def test_key_round_trip():
     assert names.key_from_element("masq4", "10.1.0.5") == "masq/10.1.0.5"
 
 
-def test_fast_delete_removes_only_own_keys():
-    plan = _plan(**maps({"hostPort": 8080, "containerPort": 80}), ips={4: "10.1.0.5"})
-    commands = planning.fast_delete(plan.owner, planning.rule_comments(plan.dnat_rules))
-    assert briefs(commands) == [
-        ("delete", "element", "dnat_any", "any/4/tcp/8080", None),
-        ("delete", "element", "masq4", "masq/10.1.0.5", None),
-        ("flush", "chain", f"c-{plan.owner}"),
-        ("delete", "chain", f"c-{plan.owner}"),
-        ("flush", "chain", f"m-{plan.owner}"),
-        ("delete", "chain", f"m-{plan.owner}"),
-    ]
-
-
 def test_fast_add_creates_only_this_containers_objects():
     plan = _plan(**maps({"hostPort": 8080, "containerPort": 80}), ips={4: "10.1.0.5"})
     c, m = f"c-{plan.owner}", f"m-{plan.owner}"
     assert briefs(planning.fast_add(plan)) == [
+        ("create", "element", "owners", plan.owner, names.CHAIN_LAYOUT),
         ("create", "chain", c),
         ("add", "rule", c, plan.identity),
         ("add", "rule", c, "any/4/tcp/8080"),
@@ -284,8 +272,10 @@ def test_fast_add_creates_only_this_containers_objects():
 
 def test_skeleton_declares_the_shared_layout():
     commands = planning.skeleton()
-    assert briefs(commands)[:10] == [
-        ("add", "table"), *[("add", "map", n) for n in names.MAPS],
+    own_maps = [names.OWN_MAPS[n] for n in names.MAPS]
+    assert briefs(commands)[:20] == [
+        ("add", "table"), *[("add", "map", n) for n in names.MAPS], *[("add", "map", n) for n in own_maps],
+        ("add", "map", names.OWNERS), *[("add", "set", n) for n in names.SETS],
         ("add", "chain", "prerouting"), ("add", "chain", "output"), ("add", "chain", "postrouting"),
         ("add", "chain", "hostports"),
     ]
@@ -293,13 +283,37 @@ def test_skeleton_declares_the_shared_layout():
              for c in commands if "chain" in c.get("add", {})}
     assert hooks == {"prerouting": ("prerouting", -100), "output": ("output", -100),
                      "postrouting": ("postrouting", 95), "hostports": (None, None)}
-    types = {c["add"]["map"]["name"]: c["add"]["map"]["type"] for c in commands if "map" in c.get("add", {})}
-    assert types["dnat_any"] == ["nf_proto", "inet_proto", "inet_service"] and types["masq6"] == "ipv6_addr"
+    types = {c["add"]["map"]["name"]: (c["add"]["map"]["type"], c["add"]["map"]["map"])
+             for c in commands if "map" in c.get("add", {})}
+    assert types["dnat_any"] == (["nf_proto", "inet_proto", "inet_service"], "verdict")
+    assert types["own_any"] == (["nf_proto", "inet_proto", "inet_service"], "ipv6_addr")
+    assert types["masq6"] == ("ipv6_addr", "verdict") and types["owners"] == ("ipv6_addr", "ipv6_addr")
     for chain, count in planning.SKELETON_RULES.items():
         assert len(rules(commands, chain)) == count
-    vmaps = [r["expr"][-1]["vmap"]["data"] for r in rules(commands, "hostports") + rules(commands, "postrouting")]
-    assert vmaps == ["@dnat_ip4", "@dnat_ip6", "@dnat_any", "@masq4", "@masq6"]
+    # hostports: by address before any address, and within each the maps before the chains
+    lookups = []
+    for r in rules(commands, "hostports") + rules(commands, "postrouting"):
+        last = r["expr"][-1]
+        if "vmap" in last:
+            lookups.append(last["vmap"]["data"])
+        elif "dnat" in last:
+            lookups.append(last["dnat"]["addr"]["map"]["data"])
+        else:
+            lookups.append(r["expr"][-2]["match"]["right"])
+    assert lookups == ["@to_ip4", "@to_ip6", "@dnat_ip4", "@dnat_ip6", "@to_any4", "@to_any6", "@dnat_any",
+                       "@masq4", "@masq6", "@hairpin4", "@masqall4", "@hairpin6", "@masqall6"]
     assert [jump_targets(r) for r in rules(commands, "prerouting") + rules(commands, "output")] == [["hostports"]] * 2
+
+
+def test_declarations_are_our_own_fixed_text():
+    t = names.FAMILY_TABLE
+    assert planning.declarations().splitlines() == [
+        f"add table {t}",
+        f"add map {t} to_any4 {{ type inet_proto . inet_service : ipv4_addr . inet_service ; }}",
+        f"add map {t} to_any6 {{ type inet_proto . inet_service : ipv6_addr . inet_service ; }}",
+        f"add map {t} to_ip4 {{ type ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service ; }}",
+        f"add map {t} to_ip6 {{ type ipv6_addr . inet_proto . inet_service : ipv6_addr . inet_service ; }}",
+    ]
 
 
 def _snapshot_with(*plans):

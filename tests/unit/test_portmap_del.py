@@ -30,6 +30,8 @@ def test_config_delete_asserts_then_deletes_exactly_the_planned_objects():
     c, m = f"c-{p.owner}", f"m-{p.owner}"
     commands = planning.config_delete(p)
     assert briefs(commands) == [
+        ("add", "element", "owners", p.owner, names.CHAIN_LAYOUT),
+        ("delete", "element", "owners", p.owner, None),
         ("add", "chain", c),
         ("add", "chain", m),
         ("add", "element", "dnat_any", "any/4/tcp/8080", c),
@@ -46,10 +48,10 @@ def test_config_delete_asserts_then_deletes_exactly_the_planned_objects():
         ("delete", "chain", m),
     ]
     # the exact libnftables JSON of one assertion and one deletion
-    assert commands[2] == {"add": {"element": {
+    assert commands[4] == {"add": {"element": {
         "family": "inet", "table": "cnichain_portmap", "name": "dnat_any",
         "elem": [[{"concat": ["ipv4", "tcp", 8080]}, {"jump": {"target": c}}]]}}}
-    assert commands[8] == {"delete": {"element": {
+    assert commands[10] == {"delete": {"element": {
         "family": "inet", "table": "cnichain_portmap", "name": "masq4", "elem": ["10.1.0.5"]}}}
 
 
