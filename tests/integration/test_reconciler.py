@@ -22,6 +22,7 @@ from cnichain.podstate.runtime import Attachment, PluginFailed
 from tests.polling import wait_for
 from cnichain.plugins.bandwidth.config import ifb_name
 from cnichain.plugins.bridge.rules import SPOOF_TABLE
+from cnichain.plugins.portmap import names
 
 from tests.integration.reconciler_node import NODE4, Node, conflist, masquerade_rules
 from tests.runtime import leftovers
@@ -204,6 +205,22 @@ def test_a_flushed_mac_spoof_check_comes_back_and_drops_a_changed_mac_again(node
         wait_for("the repair to be counted", lambda: 'plugin="bridge",outcome="ok"} 1' in agent.metrics())
     node.runtime.delete(node.conf, att)
     assert veth not in spoof_rules(lab)
+
+
+def test_a_single_lost_map_element_is_put_back(node, lab):
+    """portmap's map layout: one element deleted by hand (the pod's DNAT target) stops its hostPort;
+    the sweep finds the pod not intact and its ADD, one transaction, adds back what is missing."""
+    pod, att, _result = node.pod("one", 8086)
+    assert node.fetch(8086) == "one"
+    target_map = names.TO_MAPS[("any", 4)][0]
+    with node.agent("--sweep-interval", "0.5", "--grace", "600") as agent:
+        wait_for("the first sweep to see every plugin's state installed", lambda: all_ok(node, att))
+        lab.run(lab.node, "nft", "delete", "element", names.FAMILY, names.TABLE, target_map, "{ tcp . 8086 }")
+        wait_for("the hostPort to answer again", lambda: node.fetch(8086) == "one", timeout=15)
+        wait_for("the repair to be counted",
+                 lambda: 'cnichain_agent_reconcile_repairs_total{plugin="portmap",outcome="ok"} 1' in agent.metrics())
+        node.runtime.check(node.conf, Attachment(att.container_id, pod, "eth0"))
+    node.runtime.delete(node.conf, att)
 
 
 # -- conntrack: the plugin's own job at ADD and DEL, agent or not ------------------------------------
