@@ -19,6 +19,7 @@ median of measurements (tests/unit/test_measure.py).
 from __future__ import annotations
 
 import math
+import os
 import resource
 import statistics
 import subprocess
@@ -55,6 +56,16 @@ def timed_exec(argv: Sequence[str], env: Optional[Mapping[str, str]] = None, std
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return Exec(elapsed, cpu, proc.returncode, proc.stdout, proc.stderr)
+
+
+def system_cpu() -> float:
+    """Seconds of CPU the whole machine spent outside idle and iowait (``/proc/stat``'s first line):
+    what a batch of pods costs the node, the kernel's deferred work (RCU, workqueues) and every
+    process it started included.  Counted in clock ticks (10 ms): read it around many pods."""
+    with open("/proc/stat") as fh:
+        fields = [int(v) for v in fh.readline().split()[1:]]
+    busy = sum(fields) - fields[3] - (fields[4] if len(fields) > 4 else 0)
+    return busy / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: Iterable[float], q: float) -> float:

@@ -38,7 +38,7 @@ import time
 from typing import Any, Optional
 
 from cnichain.benchmarks.latency.options import DEFAULT_CONFLIST, DEFAULT_REFERENCE_DIR
-from cnichain.benchmarks.measure import clock, stats, timed_exec
+from cnichain.benchmarks.measure import clock, stats, system_cpu, timed_exec
 from cnichain.podstate.runtime import Attachment, ConfList, PluginFailed, Runtime
 
 SCHEMA = "cnichain-warm-floor/1"
@@ -171,15 +171,6 @@ class CpuRuntime(Runtime):
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def system_cpu() -> float:
-    """Seconds of CPU the whole machine spent outside idle and iowait (``/proc/stat``'s first line):
-    what a pod's chain costs the node, the kernel's deferred work (RCU, workqueues) included."""
-    with open("/proc/stat") as fh:
-        fields = [int(v) for v in fh.readline().split()[1:]]
-    busy = sum(fields) - fields[3] - (fields[4] if len(fields) > 4 else 0)
-    return busy / os.sysconf("SC_CLK_TCK")
 
 
 def _by_kind(spans: list[tuple[str, float]]) -> dict[str, float]:

@@ -2,7 +2,8 @@
 shipped limits.
 
 For each width (``--storm``, default 32 and 64) every mode ADDs that many pods at once, then DELs
-them at once; the numbers are the wall times of the two batches, side by side.  The warm mode's
+them at once; the numbers are the wall times of the two batches, side by side, and the CPU the
+whole node spent on each batch (``/proc/stat``), per pod: what a pod costs a busy node.  The warm mode's
 agent runs in a memory cgroup set to the DaemonSet's limit for its container with its CPU quota
 (``--agent-memory-limit``, ``--agent-cpus``; tools/memcg.py), so each batch also reports what the
 agent's cgroup peaked at, how many of its processes the OOM killer took, and its queue, as its
@@ -16,6 +17,7 @@ from typing import Any, Optional
 
 from cnichain.benchmarks.latency.phases import pods_at_once
 from cnichain.benchmarks.latency.session import Bench, Mode
+from cnichain.benchmarks.measure import system_cpu
 
 STORM_POD_BASE = 2000  # container numbers of the storm phase, distinct from the other phases'
 IDLE_WAIT = 60.0  # seconds for the agent's pool to be warm before its idle footprint is read
@@ -67,7 +69,8 @@ def run_storm(bench: Bench) -> None:
             for command in ("ADD", "DEL"):
                 row = _batch(bench, mode, width, command)
                 bench.storm.append(row)
-                bench.progress(f"[storm] {mode.name} {command} x{width}: {row['wall_seconds'] * 1000:.0f} ms"
+                bench.progress(f"[storm] {mode.name} {command} x{width}: {row['wall_seconds'] * 1000:.0f} ms, "
+                               f"{row['cpu_seconds'] * 1000 / width:.1f} ms of the node's CPU per pod"
                                + (f", agent peak {row['agent']['peak_mib']:.0f} MiB" if row.get("agent") else ""))
     bench.progress("[storm] done", final=True)
 
@@ -78,9 +81,10 @@ def _batch(bench: Bench, mode: Mode, width: int, command: str) -> dict:
     if cg is not None:
         cg.reset_peak()
     oom_before = cg.oom_kills() if cg is not None else 0
+    cpu_before = system_cpu()
     wall, failed = pods_at_once(bench, mode, command, STORM_POD_BASE, width, "storm", f"x{width} {command}")
     row: dict[str, Any] = {"mode": mode.name, "pods": width, "command": command, "wall_seconds": wall,
-                           "failed": failed}
+                           "cpu_seconds": system_cpu() - cpu_before, "failed": failed}
     if cg is not None:
         view = agent_view(bench)
         view["oom_kills"] = view.get("oom_kills", 0) - oom_before

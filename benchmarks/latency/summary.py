@@ -222,6 +222,9 @@ def _storm(rows: list[dict], pairs: Pairs) -> dict:
             cell[row["command"]] = stats([row["wall_seconds"]])
         if row.get("agent"):
             cells.setdefault("agent", {})[row["command"]] = row["agent"]
+        if "cpu_seconds" in row and not row["failed"]:
+            cells.setdefault("cpu_per_pod_ms", {}).setdefault(row["mode"], {})[row["command"]] = (
+                row["cpu_seconds"] * 1000 / row["pods"])
     for cells in result.values():
         pairs.add(cells, lambda o, r: {c: median_ratio(o.get(c, {}), r.get(c, {})) for c in ("ADD", "DEL")})
     return result
