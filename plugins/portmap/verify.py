@@ -45,6 +45,10 @@ def _in_maps(snap: Snapshot, plan: OwnerPlan) -> Optional[str]:
         for set_name, elem in masq_elements(key.split("/", 1)[1], plan.masq_all):
             if not snap.has_set_element(set_name, elem):
                 return f"missing masquerade rules of {plan.identity!r} in set {set_name}"
+    if snap.digests.get(plan.owner) != plan.digest:
+        # Its keys are there, but not its OWNERS element as this config writes it: what ADD
+        # installed was another config, or the element (GC's way to the container) is gone.
+        return f"hostport rules of {plan.identity!r} were installed from another config"
     return None
 
 

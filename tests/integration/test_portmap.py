@@ -338,10 +338,13 @@ def test_parallel_add_del_of_20_pods(lab, plugin_dir, routed):
     assert set(holders) == expect_keys
     shared = [names.owner_id("pmsyn", f"par{i}") for i in alive if i % 2]
     assert holders["any/4/tcp/7000"] == set(shared)
-    # the first claim holds the shared port in the maps, the others wait in the chain layout
-    assert snap.own["any/4/tcp/7000"] in shared
-    assert snap.elements["any/4/tcp/7000"] == names.bucket_chain("any/4/tcp/7000")
-    assert sorted(snap.line("any/4/tcp/7000") + [snap.own["any/4/tcp/7000"]]) == sorted(shared)
+    # the first claim held the shared port in the maps and the others waited in the chain layout;
+    # with that holder maybe among the deleted, the line is whatever of it is alive, nothing else
+    key = "any/4/tcp/7000"
+    line = ([snap.own[key]] if key in snap.own else []) + snap.line(key)
+    assert sorted(line) == sorted(shared)
+    if len(snap.line(key)) > 1:
+        assert snap.elements[key] == names.bucket_chain(key)
     # nothing else lingers: the waiting owners' chains, the shared buckets and the base chains
     buckets = {names.bucket_chain(k) for k, claimants in snap.chain_claims().items() if len(claimants) > 1}
     expected_chains = {"prerouting", "output", "postrouting", "hostports"} | buckets
