@@ -1,11 +1,11 @@
 """Does portmap's ADD/DEL cost grow with the number of pods already mapped on the node?
 
-Inside a throwaway node namespace, times ADD and DEL of one pod's port mappings (one TCP mapping
-per pod, snat on) as a runtime would exec the plugin, first with no other mappings present and
-then with N other pods' mappings present (default 1,000; several sizes with ``--pods
-1000,4000,10000``), and prints wall time and the plugin process's CPU time (user + system; the
-kernel's work on the transaction runs in the process's own system call) as the mean of the
-middle 60% of runs, and each size's ratio to 0.  It does the same for the reference plugin at
+In throwaway node namespaces, one with no other mappings present and one per size with N other
+pods' mappings present (default 1,000; several sizes with ``--pods 1000,4000,10000``), all alive
+at once, times ADD and DEL of one pod's port mappings (one TCP mapping per pod, snat on) as a
+runtime would exec the plugin, the sizes taking turns round by round, and prints wall time and
+the plugin process's CPU time (user + system; the kernel's work on the transaction runs in the
+process's own system call) as the mean of the middle 60% of runs, and each size's ratio to 0.  It does the same for the reference plugin at
 /usr/lib/cni/portmap (iptables backend, containernetworking-plugins) when it is installed.
 
 The other pods' state is loaded in bulk, in the exact layout each plugin would have written for
@@ -21,6 +21,7 @@ Needs root, iproute2, nft and (for the reference) iptables.  Runs only inside it
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -113,36 +114,45 @@ def populate_reference(lab: Lab, n: int) -> None:
     lab.run(lab.node, "iptables-restore", "--noflush", input="\n".join(lines) + "\n")
 
 
-def measure(binary: str, bin_dir: str, reps: int, tag: str) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {"add": [], "del": [], "add_cpu": [], "del_cpu": []}
-    for r in range(reps):
-        i = 900_000 + r  # IP 10.66.x.y outside the others' range
-        cid = f"bench-{tag}-{r}"
-        c = conf(i)
-        c["prevResult"]["ips"][0]["address"] = f"10.66.254.{r + 2}/16"
-        c["runtimeConfig"]["portMappings"][0]["hostPort"] = 40000 + r
-        for command in ("add", "del"):
-            wall, cpu = exec_plugin(binary, command.upper(), cid, c, bin_dir)
-            out[command].append(wall)
-            out[f"{command}_cpu"].append(cpu)
+def one_pod(binary: str, bin_dir: str, r: int, tag: str) -> dict[str, float]:
+    """ADD then DEL of probe pod ``r``: wall and CPU seconds of each."""
+    i = 900_000 + r  # IP 10.66.254.x, outside the others' range
+    c = conf(i)
+    c["prevResult"]["ips"][0]["address"] = f"10.66.254.{r % 250 + 2}/16"
+    c["runtimeConfig"]["portMappings"][0]["hostPort"] = 40000 + r
+    out: dict[str, float] = {}
+    for command in ("add", "del"):
+        out[command], out[f"{command}_cpu"] = exec_plugin(binary, command.upper(), f"bench-{tag}-{r}", c, bin_dir)
     return out
 
 
 def scenario(binary: str, bin_dir: str, sizes: list[int], reps: int, populate) -> dict:
-    """Per size (0 first): ADD and DEL wall and CPU in ms, and each size's ratios to 0."""
-    out: dict[str, Any] = {}
-    for count in [0] + sizes:
-        with Lab(prefix="pmbench") as lab:
+    """Per size (0 first): ADD and DEL wall and CPU in ms, and each size's ratios to 0.
+
+    Every size has its own node namespace, all of them alive at once, and each round runs one
+    probe pod in each, in a rotating order: the sizes share whatever else the machine is doing,
+    so a ratio to 0 is the table's doing, not the minute's.
+    """
+    counts = [0] + sizes
+    runs: dict[int, dict[str, list[float]]] = {n: {"add": [], "del": [], "add_cpu": [], "del_cpu": []} for n in counts}
+    with contextlib.ExitStack() as stack:
+        labs = {n: stack.enter_context(Lab(prefix="pmbench")) for n in counts}
+        for n, lab in labs.items():
             lab.run(lab.node, "ip", "link", "add", "pmb0", "type", "veth", "peer", "name", "pmb1")
             lab.run(lab.node, "ip", "addr", "add", "10.66.255.254/16", "dev", "pmb0")
             lab.run(lab.node, "ip", "link", "set", "pmb0", "up")
             lab.run(lab.node, "ip", "link", "set", "pmb1", "up")
             with netns.entered(lab.node):
-                if count:
-                    populate(lab, count)
-                measure(binary, bin_dir, 2, "warm")  # page cache, first-run effects
-                runs = measure(binary, bin_dir, reps, str(count))
-        out[str(count)] = {f"{k}_ms": trimmed_mean(v) * 1000 for k, v in runs.items()}
+                if n:
+                    populate(lab, n)
+                for r in range(2):  # page cache, first-run effects
+                    one_pod(binary, bin_dir, 1000 + r, f"warm{n}")
+        for r in range(reps):
+            for n in counts[r % len(counts):] + counts[:r % len(counts)]:
+                with netns.entered(labs[n].node):
+                    for k, v in one_pod(binary, bin_dir, r, str(n)).items():
+                        runs[n][k].append(v)
+    out: dict[str, Any] = {str(n): {f"{k}_ms": trimmed_mean(v) * 1000 for k, v in runs[n].items()} for n in counts}
     for count in sizes:
         row = out[str(count)]
         for k in ("add", "del", "add_cpu", "del_cpu"):
