@@ -69,7 +69,7 @@ def _bandwidth_intact(tc: Any, req: Request) -> bool:
     A layout with a half in the pod's namespace (the result says which) gets the full CHECK."""
     from cnichain.plugins.bandwidth import kernel
     from cnichain.plugins.bandwidth.config import ifb_name, load
-    from cnichain.plugins.bandwidth.plugin import layout_of
+    from cnichain.plugins.bandwidth.layouts import layout_of
 
     cfg = load(req.conf)
     prev = req.require_prev_result()

@@ -394,7 +394,7 @@ def test_check_accepts_the_tbfs_own_fifo_or_exactly_our_fq_codel_under_it():
     from cnichain.common.errors import CniError
     from cnichain.plugins.bandwidth.kernel import AQM_HANDLE, TBF_CLASS, Qdisc
     from cnichain.plugins.bandwidth.plan import TbfParams, aqm, aqm_as_read_back
-    from cnichain.plugins.bandwidth.plugin import _check_child
+    from cnichain.plugins.bandwidth.verify import check_child as _check_child
 
     link = SimpleNamespace(name="veth0", mtu=1500)
     tbf = TbfParams(rate=1_250_000, buffer=1, limit=1)
