@@ -127,17 +127,23 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
     return result
 
 
+IPAM_REDOS = 3  # releases and asks again at most this often: one per killed ADD still in flight
+
+
 def _ipam_add(req: Request) -> Optional[Result]:
     """The IPAM delegate's ADD; when it says this attachment holds an address already -- its own
     ADD was killed after reserving, and the shim ran it again -- released and asked once more.
-    Nobody was told that address: the ADD that took it never answered."""
-    try:
-        return delegate_ipam(req, "ADD")
-    except CniError as exc:
-        if DUPLICATE_ALLOCATION not in exc.msg:
-            raise
-    log.info("IPAM holds an address of an ADD of this attachment that never finished: released, asking again")
-    delegate_ipam(req, "DEL")
+    Nobody was told that address: the ADD that took it never answered.  A killed ADD's delegate
+    can still be running and reserve between this release and the next ask (the agent's worker
+    serving it was not the one killed), so the release is repeated, a bounded number of times."""
+    for _redo in range(IPAM_REDOS):
+        try:
+            return delegate_ipam(req, "ADD")
+        except CniError as exc:
+            if DUPLICATE_ALLOCATION not in exc.msg:
+                raise
+        log.info("IPAM holds an address of an ADD of this attachment that never finished: released, asking again")
+        delegate_ipam(req, "DEL")
     return delegate_ipam(req, "ADD")
 
 
