@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from . import commands as nft
 from .names import (
+    CHAIN_LAYOUT,
     OWNERS,
     as_addr,
     from_addr,
@@ -50,7 +51,7 @@ if TYPE_CHECKING:  # annotations only: typing costs milliseconds per exec
 def entries(plan: OwnerPlan) -> list[tuple[str, Any, Any]]:
     """(map or set, element key, value or None for a set) of everything ``plan`` installs."""
     owner = as_addr(plan.owner)
-    out: list[tuple[str, Any, Any]] = [(OWNERS, as_addr(plan.owner), as_addr(plan.digest))]
+    out: list[tuple[str, Any, Any]] = [(OWNERS, owner, as_addr(plan.digest))]
     for key in plan.dnat_keys:
         own_map, elem_key = own_element(key)
         out.append((own_map, elem_key, owner))
@@ -89,6 +90,14 @@ def release(plan: OwnerPlan) -> list[dict]:
     """DEL: the claim (the kernel's proof that every element is this container's), then the
     deletes of every element."""
     return claim(plan) + [nft.items(name, [key], "delete") for name, key, _value in entries(plan)]
+
+
+def presence_probe(owner: str) -> list[dict]:
+    """A transaction the kernel refuses (EEXIST) when ``owner`` has an OWNERS element -- every
+    container of either layout has one, a pod of the previous release once a rebuild saw it --
+    and that otherwise leaves no trace."""
+    addr = as_addr(owner)
+    return [nft.items(OWNERS, [[addr, as_addr(CHAIN_LAYOUT)]], "create"), nft.items(OWNERS, [addr], "delete")]
 
 
 # -- from a listing (the slow path) --------------------------------------------------------------

@@ -33,6 +33,7 @@ from .names import (
     OWNERS,
     SETS,
     TO_MAPS,
+    as_addr,
     bucket_chain,
     dnat_chain,
     key_from_element,
@@ -235,7 +236,7 @@ def rebuild(snap: Snapshot, remove: Iterable[str] = (), add: Optional[OwnerPlan]
     jumps to it any more, which the earlier commands of the same transaction ensure.
     """
     remove = [o for o in dict.fromkeys(remove) if add is None or o != add.owner]
-    out: list[dict] = skeleton() if add is not None else []
+    out: list[dict] = skeleton() + _registered(snap, remove, add) if add is not None else []
     for o in remove:
         out += maps.removal(snap, o)
     if add is None:
@@ -245,6 +246,19 @@ def rebuild(snap: Snapshot, remove: Iterable[str] = (), add: Optional[OwnerPlan]
         chained = [add.owner] if dnat_chain(add.owner) in snap.chains else []
         return out + _chain_layout(snap, remove + chained, None) + maps.claim(add, probe=False)
     return out + [nft.items(OWNERS, [chain_layout_entry(add)])] + _chain_layout(snap, remove, add)
+
+
+def _registered(snap: Snapshot, remove: list[str], add: OwnerPlan) -> list[dict]:
+    """OWNERS elements for the previous release's pods (their chains, no element), written with
+    the skeleton: from then on a DEL tells whether a container is here without listing the table
+    (:func:`.kernel.holds`)."""
+    out = []
+    for o in snap.chain_owners():
+        if o in snap.digests or o in remove or o == add.owner:
+            continue
+        key = as_addr(o) if not snap.identity(o) else nft.commented(as_addr(o), snap.identity(o))
+        out.append(nft.items(OWNERS, [[key, as_addr(CHAIN_LAYOUT)]]))
+    return out
 
 
 def _chain_layout(snap: Snapshot, remove: list[str], add: Optional[OwnerPlan]) -> list[dict]:
