@@ -27,20 +27,28 @@ def _obj(**fields: Any) -> dict:
     return {"family": FAMILY, "table": TABLE, **fields}
 
 
+def _type(types: list[str]) -> Any:
+    """A set's or map's key type as libnftables JSON writes it: a list when concatenated."""
+    return types if len(types) > 1 else types[0]
+
+
+def _key(exprs: list[dict]) -> dict:
+    """A lookup key: one expression, or their concatenation."""
+    return {"concat": exprs} if len(exprs) > 1 else exprs[0]
+
+
 def table(comment: str) -> dict:
     return {"add": {"table": {"family": FAMILY, "name": TABLE, "comment": comment}}}
 
 
 def verdict_map(name: str, key_types: list[str]) -> dict:
     """``add map``: a concatenation (several types) or a single type, mapping to verdicts."""
-    typ: Any = key_types if len(key_types) > 1 else key_types[0]
-    return {"add": {"map": _obj(name=name, type=typ, map="verdict")}}
+    return {"add": {"map": _obj(name=name, type=_type(key_types), map="verdict")}}
 
 
 def data_map(name: str, key_types: list[str], value_type: str) -> dict:
     """``add map`` of a map whose values are data of one type (an owner, a digest)."""
-    typ: Any = key_types if len(key_types) > 1 else key_types[0]
-    return {"add": {"map": _obj(name=name, type=typ, map=value_type)}}
+    return {"add": {"map": _obj(name=name, type=_type(key_types), map=value_type)}}
 
 
 def concat_map_text(name: str, key_types: list[str], value_types: list[str]) -> str:
@@ -56,8 +64,7 @@ def table_text() -> str:
 
 
 def named_set(name: str, key_types: list[str]) -> dict:
-    typ: Any = key_types if len(key_types) > 1 else key_types[0]
-    return {"add": {"set": _obj(name=name, type=typ)}}
+    return {"add": {"set": _obj(name=name, type=_type(key_types))}}
 
 
 def base_chain(name: str, hook: str, prio: int) -> dict:
@@ -124,19 +131,19 @@ def jump(target: str) -> dict:
 
 
 def vmap(key: list[dict], map_name: str) -> dict:
-    return {"vmap": {"key": {"concat": key} if len(key) > 1 else key[0], "data": f"@{map_name}"}}
+    return {"vmap": {"key": _key(key), "data": f"@{map_name}"}}
 
 
 def dnat_map(family: int, key: list[dict], map_name: str) -> dict:
     """``dnat ip[6] to <key> map @<map>``: address and port from a map of ``addr . port`` values;
     a key the map lacks ends the rule without a verdict."""
     return {"dnat": {"family": "ip" if family == 4 else "ip6",
-                     "addr": {"map": {"key": {"concat": key} if len(key) > 1 else key[0], "data": f"@{map_name}"}}}}
+                     "addr": {"map": {"key": _key(key), "data": f"@{map_name}"}}}}
 
 
 def in_set(key: list[dict], set_name: str) -> dict:
     """``<key> @<set>``: the key (a concatenation when several) is an element of the set."""
-    return match({"concat": key} if len(key) > 1 else key[0], f"@{set_name}")
+    return match(_key(key), f"@{set_name}")
 
 
 def fib_daddr_local() -> dict:
