@@ -48,7 +48,7 @@ FRACTIONS = {plugin: (0.0,) + tuple(f for f in points if f) for plugin, points i
 # $KILL_RECORD; then the real plugin runs again with the same stdin, as the shim's cold fallback
 # does after a worker died.
 RECORDED_KILL = """#!{python}
-import json, os, signal, subprocess, sys, time
+import json, os, signal, subprocess, sys, threading, time
 real = os.path.join({real!r}, os.path.basename(sys.argv[0]))
 mark = os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "killed-" + os.environ.get("CNI_CONTAINERID", ""))
 if os.environ.get("CNI_COMMAND") != "ADD" or os.path.exists(mark):
@@ -72,7 +72,14 @@ def state():
     elems = [f"map {{m['map']['name']}}: {{json.dumps(e)}}" for m in nft if "map" in m for e in m["map"].get("elem", [])]
     return sorted(links + qdiscs + rules + elems)
 
+def ppid(pid):
+    with open(f"/proc/{{pid}}/stat") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[1])
+
 def agent_pids():
+    # The agent and its workers (forks: the same command line), the agent first: the channels live
+    # in its namespace, and a worker serving a request has entered another (pids wrap, so the
+    # lowest is not necessarily the agent).
     sock = os.environ.get("AGENT_SOCKET", "")
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc") if sock else []):
@@ -82,7 +89,12 @@ def agent_pids():
                     found.append(int(pid))
         except OSError:
             pass
-    return found
+    def parent(pid):
+        try:
+            return ppid(pid)
+        except OSError:
+            return None
+    return sorted(found, key=lambda pid: parent(pid) in found)
 
 def agent_workers(agents):
     found = []
@@ -140,7 +152,7 @@ def holding(shim):
     peers = {{peer for inode, peer, _ in unix_sockets() if inode in mine}}
     # The channels live in the agent's namespace, listed there.
     queued = {{inode for inode, _, waiting in unix_sockets(f"/proc/{{agents[0]}}/ns/net") if waiting}}
-    for pid in stopped:
+    for pid in list(stopped):
         try:
             if sockets(pid) & (peers | queued):
                 return pid
@@ -148,22 +160,39 @@ def holding(shim):
             pass
     return None
 
+def stop_forks(halt):
+    # A worker the agent forks for this request (none of the stopped ones was ready) serves it at
+    # once: it is caught within a fraction of a millisecond, not after a search round (tens of ms).
+    while not halt.is_set():
+        stop_workers()
+        time.sleep(0.0002)
+
 agents = agent_pids()
 warm = bool(agents)
+halt = threading.Event()
+stopper = threading.Thread(target=stop_forks, args=(halt,))
 if warm:
     stop_workers()
+    stopper.start()
 data = sys.stdin.buffer.read()
 p = subprocess.Popen([real], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                      start_new_session=True)
 p.stdin.write(data)
 p.stdin.close()
 victim = None
-deadline = time.monotonic() + 5.0
+searched = 0
+started = time.monotonic()
+deadline = started + 5.0
 while warm and victim is None and p.poll() is None and time.monotonic() < deadline:
-    stop_workers()
     victim = holding(p.pid)
+    searched += 1
     time.sleep(0.001)
-for pid in stopped - {{victim}}:
+halt.set()
+if warm:
+    stopper.join()
+search = {{"rounds": searched, "seconds": round(time.monotonic() - started, 3), "found": victim,
+          "stopped": sorted(stopped), "done": p.poll()}}
+for pid in stopped - {{victim}}:  # the stopper has left: nothing is added now
     os.kill(pid, signal.SIGCONT)
 after = float(os.environ["KILL_AFTER"])
 # The kill point counts from the moment the worker may work; at point 0 it never may: a warm
@@ -187,7 +216,12 @@ dead = []
 if victim:
     os.kill(victim, signal.SIGKILL)
     for _ in range(400):
-        if not os.path.exists(f"/proc/{{victim}}/stat") or open(f"/proc/{{victim}}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+        try:
+            with open(f"/proc/{{victim}}/stat") as fh:
+                gone = fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:  # reaped by the agent
+            gone = True
+        if gone:
             dead.append(victim)
             break
         time.sleep(0.005)
@@ -195,7 +229,7 @@ status = p.wait()
 made = sorted(set(state()) - set(before))
 with open(os.environ["KILL_RECORD"], "a") as fh:
     fh.write(json.dumps({{"after": float(os.environ["KILL_AFTER"]), "exit": status, "workers_killed": dead,
-                         "made": made}}) + "\\n")
+                         "made": made, "search": search}}) + "\\n")
 sys.exit(subprocess.run([real], input=data).returncode)
 """
 
@@ -237,7 +271,7 @@ def test_add_again_after_a_kill_succeeds_and_del_cleans(lab, make_runtime, plugi
         kills = [json.loads(line) for line in fh]
     for kill in kills:
         print(f"{plugin} killed after {kill['after']:.3f}s: exit {kill['exit']}, workers {kill['workers_killed']}, "
-              f"made {kill['made']}")
+              f"made {kill['made']}, search {kill.get('search')}")
     assert len(kills) == len(points), kills  # each point's first ADD went through the stand-in
     interrupted = [k for k in kills if k["exit"] == -signal.SIGKILL]
     # The kills interrupted the plugin (it died of SIGKILL, with what it had made by then
