@@ -12,9 +12,8 @@ budget and CPUs, :mod:`budget`), and what a drain waits for.
 Beyond the capacity a request told GO waits in a FIFO queue (:data:`connection.WAIT`) until a
 request ends and frees a worker, for at most ``--queue-wait`` seconds; then, like a request the
 agent is draining away from, its connection is closed and its shim runs it cold -- nothing of it
-ran yet.  A request from one of the agent's own workers (bridge's IPAM delegate) never waits: its
-caller holds a worker of the budget already, and queueing it behind requests that wait for that
-very worker would deadlock a storm of pods.
+ran yet.  No request comes from one of the agent's own workers: bridge's IPAM delegate runs in
+bridge's worker (:mod:`delegates`), so a storm of pods never waits for a worker it holds itself.
 
 A worker killed by SIGKILL that the agent did not send (the kernel's OOM killer, an operator) is
 the "killed" outcome: the agent does not answer for it, it closes the connection, and the shim
@@ -85,18 +84,13 @@ class InFlight:
 
     def start(self, conn: Conn) -> None:
         """The shim said GO: give its request to a worker, or queue it when all the budget allows
-        are busy (never a request of one of our own workers: see the module docstring)."""
-        if len(self.children) >= self.capacity and not self._from_worker(conn):
+        are busy."""
+        if len(self.children) >= self.capacity:
             conn.wait(time.monotonic(), self.cfg.queue_wait)
             self.waiting[conn] = None
             self.metrics.queue_entered(len(self.waiting))
             return
         self._run(conn)
-
-    def _from_worker(self, conn: Conn) -> bool:
-        """Whether the peer is one of the agent's workers (a delegated IPAM request)."""
-        return any(w.pid == conn.pid for w in self.pool.workers.values()) or any(
-            c.child == conn.pid for c in self.children.values())
 
     def unqueue(self, conn: Conn) -> bool:
         """Take ``conn`` out of the queue (its shim went away, or it is being closed)."""
@@ -161,7 +155,7 @@ class InFlight:
             gc.freeze()  # what the agent built stays shared: our collector never walks it
             status = worker.EXIT_FAILED
             try:
-                delegates = DelegateRunner(self.plugins, self.cfg.socket_path, self.cfg.request_timeout)
+                delegates = DelegateRunner(self.plugins, self.cfg.socket_path)
                 status = worker.run(conn.sock, conn.req, plugin, conn.net_fd, conn.mnt_fd,
                                     self.cfg.request_timeout, delegates if self.cfg.fork_delegates else None)
             except BaseException:  # noqa: BLE001 - the parent reports it; never unwind into the loop

@@ -219,7 +219,7 @@ def serve_one(home: Home, plugins: dict[str, Any], limits: Limits, msg: bytes, f
     finally:
         os.close(net_fd)
         os.close(mnt_fd)
-    delegates = DelegateRunner(plugins, limits.socket_path, limits.request_timeout) if limits.fork_delegates else None
+    delegates = DelegateRunner(plugins, limits.socket_path) if limits.fork_delegates else None
     status = worker.answer(conn, req, plugins[req.plugin_type], limits.request_timeout, delegates)
     conn.close()
     reason = home.leave()

@@ -68,6 +68,32 @@ def system_cpu() -> float:
     return busy / os.sysconf("SC_CLK_TCK")
 
 
+def process_tree_cpu(pid: int) -> float:
+    """Seconds of CPU process ``pid`` and every live descendant spent, their reaped children
+    included (``/proc/PID/stat``'s utime, stime, cutime, cstime): a long-lived server's share of a
+    batch, workers it forked and retired meanwhile included.  Clock ticks: read it around many pods.
+    Raises OSError when ``pid`` itself is gone (its share is then unknown, not 0)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo, first = 0, [pid], True
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            children: list[int] = []
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    children += [int(c) for c in fh.read().split()]
+        except OSError:
+            if first:
+                raise
+            continue  # a descendant that left meanwhile: its parent's cutime has it, or will
+        first = False
+        total += sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+        todo += children
+    return total / tick
+
+
 def percentile(values: Iterable[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100) of non-empty ``values``: rank ceil(q/100 * n), at least 1."""
     s = sorted(values)

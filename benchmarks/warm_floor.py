@@ -10,8 +10,7 @@ pod after pod in two node namespaces of a throwaway lab, interleaved:
   request needs imported and exercised first (the agent's own warm-up), then per request the
   worker's state reset (environment, no libnftables context, fresh log settings) and the
   skeleton's ``dispatch`` on the request's environment and stdin, the thread inside the node
-  namespace.  bridge's host-local runs in place (the delegate a STATUS already runs in place; an
-  ADD or DEL through the agent adds one round trip to a second worker, ~0.5-1 ms).  The time is
+  namespace.  bridge's host-local runs in place, as in the agent's worker.  The time is
   ``dispatch`` alone: what a worker spends on the request, without the shim's exec, the agent's
   hand-over and the namespace entry, which the latency bench (``--modes warm``) includes.
 * **kernel**: during each warm request, the time of the kernel operations it performs, recorded by
@@ -116,7 +115,7 @@ class WarmRuntime(Runtime):
         """A delegate runner that runs one of our plugins' dispatch in place, timed on its own."""
         from cnichain.agent.delegates import DelegateRunner
 
-        runner = DelegateRunner(self.plugins, "", 60.0)
+        runner = DelegateRunner(self.plugins, "")
 
         def run(binary: str, env: dict, stdin: bytes) -> Optional[tuple[int, bytes, bytes]]:
             from cnichain.common import kerneltime

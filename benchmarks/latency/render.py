@@ -35,6 +35,27 @@ def _x(v: Optional[float]) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
+def cpu_lines(cells: dict, cols: list[str]) -> list[str]:
+    """A storm width's CPU per pod: the node's, its split, and ours/reference for the whole pod."""
+    node, split = cells.get("cpu_per_pod_ms") or {}, cells.get("cpu_split_ms") or {}
+    lines = []
+    for m in cols:
+        if m not in node:
+            continue
+        parts = []
+        for c in ("ADD", "DEL"):
+            share = split.get(m, {}).get(c) or {}
+            detail = ", ".join(f"{k} {v:.1f}" for k, v in share.items())
+            parts.append(f"{c} {node[m].get(c, 0):.1f}" + (f" ({detail})" if detail else ""))
+        lines.append(f"  {label(m)}: node CPU per pod (ms) " + "; ".join(parts))
+    for key, r in sorted((cells.get("cpu_ratios") or {}).items()):
+        if r.get("node_pod") is not None:
+            lines.append(f"  CPU per pod {key}: {r['node_pod']:.2f}x as the node sees it, "
+                         + (f"{r['without_runtime_pod']:.2f}x without the runtime's own share"
+                            if r.get("without_runtime_pod") is not None else "runtime's share unknown"))
+    return lines
+
+
 def render_table(out: dict) -> str:
     """The summary as plain-text tables for a terminal."""
     lines: list[str] = []
@@ -141,6 +162,7 @@ def render_table(out: dict) -> str:
         for c in ("ADD", "DEL"):
             row(f"{c} x{at_once}", {m: cells.get(m, {}).get(c) for m in cols},
                 {k: v.get(c) for k, v in cells.get("ratios", {}).items()})
+        lines.extend(cpu_lines(cells, cols))
         for c, view in sorted(cells.get("agent", {}).items()):
             lines.append(f"  warm agent during {c}: cgroup peak {view.get('peak_mib', 0):.0f} of "
                          f"{view.get('limit_mib', 0):.0f} MiB, OOM kills {view.get('oom_kills')}, "

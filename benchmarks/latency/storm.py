@@ -3,21 +3,24 @@ shipped limits.
 
 For each width (``--storm``, default 32 and 64) every mode ADDs that many pods at once, then DELs
 them at once; the numbers are the wall times of the two batches, side by side, and the CPU the
-whole node spent on each batch (``/proc/stat``), per pod: what a pod costs a busy node.  The warm mode's
-agent runs in a memory cgroup set to the DaemonSet's limit for its container with its CPU quota
-(``--agent-memory-limit``, ``--agent-cpus``; tools/memcg.py), so each batch also reports what the
-agent's cgroup peaked at, how many of its processes the OOM killer took, and its queue, as its
-metrics endpoint shows them.  The idle footprint is read once, after the agent's pool is warm.
+whole node spent on each batch (``/proc/stat``), per pod: what a pod costs a busy node, split into
+the runtime's own share (this process: the same work in every mode), the warm agent's (its process
+tree) and the rest (the plugins' processes -- shims or the reference's binaries -- and the kernel's
+deferred work).  The warm mode's agent runs in a memory cgroup set to the DaemonSet's limit for
+its container with its CPU quota (``--agent-memory-limit``, ``--agent-cpus``; tools/memcg.py), so
+each batch also reports what the agent's cgroup peaked at, how many of its processes the OOM killer
+took, and its queue, as its metrics endpoint shows them.  The idle footprint is read once, after the agent's pool is warm.
 """
 
 from __future__ import annotations
 
+import resource
 import time
 from typing import Any, Optional
 
 from cnichain.benchmarks.latency.phases import pods_at_once
 from cnichain.benchmarks.latency.session import Bench, Mode
-from cnichain.benchmarks.measure import system_cpu
+from cnichain.benchmarks.measure import process_tree_cpu, system_cpu
 
 STORM_POD_BASE = 2000  # container numbers of the storm phase, distinct from the other phases'
 IDLE_WAIT = 60.0  # seconds for the agent's pool to be warm before its idle footprint is read
@@ -75,16 +78,29 @@ def run_storm(bench: Bench) -> None:
     bench.progress("[storm] done", final=True)
 
 
+def _own_cpu() -> float:
+    """This process's CPU: the runtime's own share of a batch (its threads build each request,
+    write the cache, fork and wait), which every mode pays alike."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
+
+
 def _batch(bench: Bench, mode: Mode, width: int, command: str) -> dict:
     warm = mode.name == "warm"
     cg = getattr(bench, "agent_cgroup", None) if warm else None
     if cg is not None:
         cg.reset_peak()
     oom_before = cg.oom_kills() if cg is not None else 0
+    agent = getattr(bench, "agent", None) if warm else None
+    agent_before = process_tree_cpu(agent.pid) if agent is not None else 0.0
+    runtime_before = _own_cpu()
     cpu_before = system_cpu()
     wall, failed = pods_at_once(bench, mode, command, STORM_POD_BASE, width, "storm", f"x{width} {command}")
     row: dict[str, Any] = {"mode": mode.name, "pods": width, "command": command, "wall_seconds": wall,
-                           "cpu_seconds": system_cpu() - cpu_before, "failed": failed}
+                           "cpu_seconds": system_cpu() - cpu_before, "runtime_cpu_seconds": _own_cpu() - runtime_before,
+                           "failed": failed}
+    if agent is not None:
+        row["agent_cpu_seconds"] = process_tree_cpu(agent.pid) - agent_before
     if cg is not None:
         view = agent_view(bench)
         view["oom_kills"] = view.get("oom_kills", 0) - oom_before

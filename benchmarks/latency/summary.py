@@ -18,7 +18,7 @@ import platform
 import time
 from typing import Any, Callable, Optional
 
-from cnichain.benchmarks.latency.stats import agent_targets, median_ratio, targets
+from cnichain.benchmarks.latency.stats import agent_targets, median_ratio, ratio, targets
 from cnichain.benchmarks.measure import stats
 
 SCHEMA = "cnichain-bench/2"
@@ -223,11 +223,43 @@ def _storm(rows: list[dict], pairs: Pairs) -> dict:
         if row.get("agent"):
             cells.setdefault("agent", {})[row["command"]] = row["agent"]
         if "cpu_seconds" in row and not row["failed"]:
-            cells.setdefault("cpu_per_pod_ms", {}).setdefault(row["mode"], {})[row["command"]] = (
-                row["cpu_seconds"] * 1000 / row["pods"])
+            per_pod = 1000 / row["pods"]
+            cells.setdefault("cpu_per_pod_ms", {}).setdefault(row["mode"], {})[row["command"]] = row["cpu_seconds"] * per_pod
+            if "runtime_cpu_seconds" in row:
+                split = {"runtime": row["runtime_cpu_seconds"] * per_pod}
+                if "agent_cpu_seconds" in row:
+                    split["agent"] = row["agent_cpu_seconds"] * per_pod
+                split["rest"] = row["cpu_seconds"] * per_pod - sum(split.values())
+                cells.setdefault("cpu_split_ms", {}).setdefault(row["mode"], {})[row["command"]] = split
     for cells in result.values():
         pairs.add(cells, lambda o, r: {c: median_ratio(o.get(c, {}), r.get(c, {})) for c in ("ADD", "DEL")})
+        _cpu_ratios(cells, pairs)
     return result
+
+
+def _cpu_ratios(cells: dict, pairs: Pairs) -> None:
+    """ours/reference of the node's CPU per pod, per command and for ADD + DEL ("pod"), as the node
+    sees it and without the runtime's own share (the same driver in every mode)."""
+    node, split = cells.get("cpu_per_pod_ms") or {}, cells.get("cpu_split_ms") or {}
+
+    def plugins_only(mode: str, command: str) -> Optional[float]:
+        cpu, runtime = node.get(mode, {}).get(command), split.get(mode, {}).get(command, {}).get("runtime")
+        return None if cpu is None or runtime is None else cpu - runtime
+
+    found: dict[str, dict] = {}
+    for key, o, r in pairs.each():
+        if o not in node or r not in node:
+            continue
+        cell: dict[str, Optional[float]] = {}
+        for name, of in (("node", lambda m, c: node[m].get(c)), ("without_runtime", plugins_only)):
+            for command in ("ADD", "DEL"):
+                cell[f"{name}_{command}"] = ratio(of(o, command), of(r, command))
+            both = [(of(o, c), of(r, c)) for c in ("ADD", "DEL")]
+            if all(a is not None and b is not None for a, b in both):
+                cell[f"{name}_pod"] = ratio(sum(a for a, _ in both), sum(b for _, b in both))  # type: ignore[misc]
+        found[key] = cell
+    if found:
+        cells["cpu_ratios"] = found
 
 
 def _status(rows: list[dict], pairs: Pairs, ref_types: set[str]) -> dict:

@@ -146,6 +146,14 @@ def test_storm_reports_the_warm_agents_cgroup_and_queue(tmp_path, reference_dir)
         assert view["oom_kills"] == 0 and 0 < view["peak_mib"] < view["limit_mib"] == 512
         assert view["capacity"] >= 2 and "queue_peak" in view
         assert cells["warm"][command]["n"] == 1 and cells["ratios"]["warm/reference"][command] > 0
+        # The node's CPU per pod, split: the runtime's own, the agent's process tree (it served
+        # every request: never 0), the rest; and ours/reference per command.
+        split = cells["cpu_split_ms"]["warm"][command]
+        assert split["agent"] > 0 and split["runtime"] > 0, split
+        assert abs(sum(split.values()) - cells["cpu_per_pod_ms"]["warm"][command]) < 1e-6
+        assert "agent" not in cells["cpu_split_ms"]["reference"][command]
+        assert cells["cpu_ratios"]["warm/reference"][f"node_{command}"] > 0
+    assert cells["cpu_ratios"]["warm/reference"]["node_pod"] > 0
     assert out["agent_idle"]["usage_mib"] > 0
     assert any(t["target"].startswith("warm agent idle") for t in out["targets"])
     assert not leftover_cgroups()

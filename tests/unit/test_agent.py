@@ -397,44 +397,31 @@ def test_launcher_target_recognises_only_our_launchers(tmp_path):
 
 def test_delegate_runner_keeps_exec_semantics_for_other_sockets(tmp_path):
     launchers.install(str(tmp_path), plugins=["host-local"], agent_socket="/run/other/agent.sock")
-    runner = agent_mod.DelegateRunner({"host-local": object()}, "/run/x/agent.sock", 5.0)
+    runner = agent_mod.DelegateRunner({"host-local": object()}, "/run/x/agent.sock")
     binary = str(tmp_path / "host-local")
     assert runner(binary, {"CNI_COMMAND": "ADD"}, b"{}") is None  # would reach another agent: exec it
     assert runner(binary, {"CNI_COMMAND": "ADD", shim.ENV_SOCKET: "off"}, b"{}") is None
 
 
-def test_delegate_runner_asks_the_agent_first(tmp_path, sock_path):
-    """A delegate that would come back to this agent is sent to it directly, as the launcher would."""
+def test_delegate_runner_runs_a_delegate_of_this_agent_in_place(tmp_path, sock_path):
+    """A delegate that would come back to this agent runs here, for every command: the agent is
+    never asked (a worker of its own cost a fork per delegate in a storm)."""
     launchers.install(str(tmp_path / "bin"), plugins=["host-local"], agent_socket=sock_path)
-
-    def script(fake, conn):
-        kind, _ = fake.read_message(conn)
-        assert kind == shim.REQUEST
-        _ack(conn)
-        assert fake.read_message(conn)[0] == shim.GO
-        conn.sendall(shim.encode_result(0, b'{"ips":[]}\n', b""))
-
-    fake = FakeAgent(sock_path, script)
-    runner = agent_mod.DelegateRunner({"host-local": object()}, sock_path, 5.0)
-    env = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c"}
-    assert runner(str(tmp_path / "bin" / "host-local"), env, b'{"x":1}') == (0, b'{"ips":[]}\n', b"")
-    req = agent_mod.decode_request(fake.seen[0], KNOWN)
-    assert req.plugin_type == "host-local" and req.env == env and req.stdin == b'{"x":1}'
-
-
-def test_delegate_runner_forks_when_the_agent_refuses(tmp_path, sock_path):
-    launchers.install(str(tmp_path / "bin"), plugins=["host-local"], agent_socket=sock_path)
-
-    def script(fake, conn):
-        fake.read_message(conn)
-        conn.sendall(agent_mod.protocol.refusal("agent is at its worker limit"))
-
-    FakeAgent(sock_path, script)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(sock_path)
+    srv.listen(1)
+    srv.setblocking(False)
     plugin = Plugin(name="host-local", add=lambda req: None, delete=lambda req: None, versions=("1.0.0",))
-    runner = agent_mod.DelegateRunner({"host-local": plugin}, sock_path, 5.0)
-    env = {"CNI_COMMAND": "VERSION"}
-    code, out, err = runner(str(tmp_path / "bin" / "host-local"), env, b"")
-    assert code == 0 and json.loads(out)["supportedVersions"] == ["1.0.0"] and err == b""
+    runner = agent_mod.DelegateRunner({"host-local": plugin}, sock_path)
+    try:
+        code, out, err = runner(str(tmp_path / "bin" / "host-local"), {"CNI_COMMAND": "VERSION"}, b"")
+        assert code == 0 and json.loads(out)["supportedVersions"] == ["1.0.0"] and err == b""
+        code, out, _ = runner(str(tmp_path / "bin" / "host-local"), {"CNI_COMMAND": "ADD"}, b"{")
+        assert code != 0 and "msg" in json.loads(out)  # the skeleton's own refusal, as an exec prints it
+        with pytest.raises(BlockingIOError):
+            srv.accept()
+    finally:
+        srv.close()
 
 
 def test_environment_goes_out_as_the_bytes_the_process_has(monkeypatch):

@@ -1,5 +1,5 @@
-"""A delegated STATUS (bridge -> host-local) runs in the delegating worker itself: the answer is the
-cold exec's, byte for byte and error code for error code, the agent is never asked, and the
+"""Every delegated command (bridge -> host-local) runs in the delegating worker itself: the answer
+is the cold exec's, byte for byte and error code for error code, the agent is never asked, and the
 delegating request's streams and log settings are what they were before."""
 
 from __future__ import annotations
@@ -9,13 +9,11 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 
 import pytest
 
 from cnichain.node import launchers
-from cnichain.agent import DelegateRunner, load_plugins, protocol
-from cnichain.agent.delegates import IN_PROCESS_COMMANDS
+from cnichain.agent import DelegateRunner, load_plugins
 from cnichain.common import log as log_mod
 
 
@@ -60,11 +58,10 @@ def _cases(tmp_path):
 
 def test_status_runs_here_with_the_cold_answer(bins):
     tmp_path, sock_path, srv = bins
-    runner = DelegateRunner(load_plugins({}), sock_path, 5.0)
+    runner = DelegateRunner(load_plugins({}), sock_path)
     binary = str(tmp_path / "warm" / "host-local")
     env = {"CNI_COMMAND": "STATUS", "CNI_PATH": str(tmp_path / "warm"), "PATH": os.environ.get("PATH", "/usr/bin"),
            "CNICHAIN_AGENT_SOCKET": sock_path}
-    assert "STATUS" in IN_PROCESS_COMMANDS
     seen = []
     for name, stdin, reserve in _cases(tmp_path):
         if reserve is not None:
@@ -74,6 +71,7 @@ def test_status_runs_here_with_the_cold_answer(bins):
         cold = _cold(tmp_path, {**env, "CNICHAIN_AGENT_SOCKET": "off"}, stdin)
         assert warm == cold, name
         seen.append((name, warm[0], json.loads(warm[1]).get("code") if warm[1] else None))
+    _never_asked(srv)
     # STATUS is node health: a full range or a key STATUS does not read never fails it (the next
     # ADD reports those); a store that cannot be created does, with the spec's "not available".
     assert [s[1] for s in seen] == [0, 0, 0, 1, 1, 1], seen
@@ -84,7 +82,7 @@ def test_status_runs_here_with_the_cold_answer(bins):
 
 def test_the_delegating_requests_streams_and_log_are_put_back(bins, tmp_path):
     root, sock_path, _srv = bins
-    runner = DelegateRunner(load_plugins({}), sock_path, 5.0)
+    runner = DelegateRunner(load_plugins({}), sock_path)
     env = {"CNI_COMMAND": "STATUS", "CNI_PATH": str(root / "warm"), "CNICHAIN_AGENT_SOCKET": sock_path}
     conf = json.loads(_conf(root))
     conf["ipam"]["log"] = {"file": str(tmp_path / "delegate.log"), "level": "debug"}
@@ -101,25 +99,41 @@ def test_the_delegating_requests_streams_and_log_are_put_back(bins, tmp_path):
         log_mod.log.__init__()  # type: ignore[misc]
 
 
-def test_other_commands_still_go_to_the_agent(bins):
-    """VERSION (like ADD, DEL, CHECK, GC) keeps its own worker: the agent is asked (here it refuses,
-    so the delegate is forked from this worker)."""
+def _never_asked(srv: socket.socket) -> None:
+    with pytest.raises(BlockingIOError):
+        srv.accept()
+
+
+def test_add_check_del_and_version_run_here_with_the_cold_answer(bins):
+    """ADD, CHECK, DEL and VERSION run in place too (in a storm a worker of their own was a fork
+    per delegate): each answer equals the cold exec's for the same store state."""
     tmp_path, sock_path, srv = bins
-    srv.setblocking(True)
-    srv.settimeout(10.0)
-    seen = []
+    runner = DelegateRunner(load_plugins({}), sock_path)
+    binary = str(tmp_path / "warm" / "host-local")
+    base = {"CNI_PATH": str(tmp_path / "warm"), "PATH": os.environ.get("PATH", "/usr/bin"),
+            "CNICHAIN_AGENT_SOCKET": sock_path, "CNI_NETNS": "/var/run/netns/a-pod", "CNI_IFNAME": "eth0"}
+    conf = _conf(tmp_path, subnet="10.77.0.0/29")
+    store = tmp_path / "ipam" / "dnet"
 
-    def agent():
-        conn, _ = srv.accept()
-        seen.append(conn.recv(65536))
-        conn.sendall(protocol.refusal("agent is at its worker limit"))
-        conn.close()
+    def both(command: str, cid: str, stdin: bytes = conf) -> tuple:
+        env = {**base, "CNI_COMMAND": command, "CNI_CONTAINERID": cid}
+        return runner(binary, env, stdin), env
 
-    thread = threading.Thread(target=agent, daemon=True)
-    thread.start()
-    runner = DelegateRunner(load_plugins({}), sock_path, 5.0)
-    env = {"CNI_COMMAND": "VERSION", "CNICHAIN_AGENT_SOCKET": sock_path}
-    code, out, _ = runner(str(tmp_path / "warm" / "host-local"), env, b"")
-    thread.join(10)
-    assert code == 0 and "supportedVersions" in json.loads(out)
-    assert seen and seen[0].startswith(b"CNIA")
+    warm, env = both("VERSION", "v", b"")
+    assert warm == _cold(tmp_path, {**env, "CNICHAIN_AGENT_SOCKET": "off"}, b"") and warm[0] == 0
+    warm, _ = both("ADD", "ctr-warm")
+    cold = _cold(tmp_path, {**base, "CNI_COMMAND": "ADD", "CNI_CONTAINERID": "ctr-cold",
+                            "CNICHAIN_AGENT_SOCKET": "off"}, conf)
+    assert warm[0] == cold[0] == 0, (warm, cold)
+    got = [json.loads(answer[1])["ips"][0]["address"] for answer in (warm, cold)]
+    assert got == ["10.77.0.2/29", "10.77.0.3/29"], got  # one store: the cold exec saw the warm reservation
+    assert (store / "10.77.0.2").read_text().startswith("ctr-warm")
+    warm, env = both("CHECK", "ctr-warm", json.dumps({**json.loads(conf), "prevResult": json.loads(warm[1])}).encode())
+    assert warm[0] == 0, warm
+    full = _conf(tmp_path, subnet="10.77.0.0/30")
+    warm, env = both("ADD", "ctr-full", full)  # .2 is ctr-warm's: the /30 has no other address
+    assert warm == _cold(tmp_path, {**env, "CNICHAIN_AGENT_SOCKET": "off"}, full) and warm[0] != 0, warm
+    warm, env = both("DEL", "ctr-warm")
+    assert warm[0] == 0 and not (store / "10.77.0.2").exists(), warm
+    assert warm == _cold(tmp_path, {**env, "CNICHAIN_AGENT_SOCKET": "off"}, conf)  # DEL again: the same
+    _never_asked(srv)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import os
 import sys
+import time
 
 import pytest
 
@@ -82,3 +83,23 @@ def _stat_code(path: str) -> list[str]:
 def test_no_other_module_defines_a_percentile_or_a_median():
     offenders = {os.path.relpath(p, ROOT): hits for p in _sources() if (hits := _stat_code(p))}
     assert not offenders, f"statistics outside benchmarks/measure.py (use it instead): {offenders}"
+
+
+def test_process_tree_cpu_counts_a_live_descendant_and_refuses_a_gone_process():
+    """A child's CPU is the parent's tree's while it lives (not only once reaped); a pid that is
+    gone raises instead of reading as no CPU."""
+    import subprocess
+
+    burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\ntime.sleep(30)"
+    before = measure.process_tree_cpu(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", burn])
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and measure.process_tree_cpu(child.pid) < 0.25:
+            time.sleep(0.05)
+        assert measure.process_tree_cpu(os.getpid()) - before >= 0.25
+    finally:
+        child.kill()
+        child.wait()
+    with pytest.raises(OSError):
+        measure.process_tree_cpu(child.pid)
