@@ -40,7 +40,7 @@ class AgentConfig:
     drain_timeout: Optional[float] = None  # default: request_timeout + KILL_GRACE
     log_file: Optional[str] = None  # default: stderr
     extra_plugins: dict[str, str] = field(default_factory=dict)  # type -> module exposing PLUGIN
-    fork_delegates: bool = True  # run delegates that would come back to us in a fork, not an exec
+    delegates_in_place: bool = True  # run delegates that would come back to us in the delegating worker, not an exec
     reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)  # see agent/reconcile/
 
     @property
@@ -91,7 +91,7 @@ def parser() -> argparse.ArgumentParser:
                    help="how long a drain waits for running workers (default: request timeout + grace)")
     p.add_argument("--log-file", default=None, metavar="PATH", help="request log (default: stderr)")
     p.add_argument("--exec-delegates", action="store_true",
-                   help="exec IPAM delegates even when they are our own launchers (default: fork them)")
+                   help="exec IPAM delegates even when they are our own launchers (default: run them in the delegating worker)")
     p.add_argument("--plugin", action="append", default=[], metavar="TYPE=MODULE",
                    help="also serve a plugin from a module exposing PLUGIN (repeatable)")
     add_arguments(p)
@@ -123,7 +123,7 @@ def parse_args(argv: Optional[list[str]] = None) -> AgentConfig:
         drain_timeout=ns.drain_timeout,
         log_file=ns.log_file,
         extra_plugins=extra,
-        fork_delegates=not ns.exec_delegates,
+        delegates_in_place=not ns.exec_delegates,
         reconcile=_reconcile(p, ns),
     )
 

@@ -157,7 +157,7 @@ class InFlight:
             try:
                 delegates = DelegateRunner(self.plugins, self.cfg.socket_path)
                 status = worker.run(conn.sock, conn.req, plugin, conn.net_fd, conn.mnt_fd,
-                                    self.cfg.request_timeout, delegates if self.cfg.fork_delegates else None)
+                                    self.cfg.request_timeout, delegates if self.cfg.delegates_in_place else None)
             except BaseException:  # noqa: BLE001 - the parent reports it; never unwind into the loop
                 status = worker.EXIT_FAILED
             finally:

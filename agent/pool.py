@@ -110,18 +110,18 @@ def decode_done(msg: bytes) -> Optional[Done]:
 class Limits(FrozenRecord):
     """When a worker retires on its own: after ``max_requests``, or past ``rss_growth`` bytes."""
 
-    __slots__ = _fields = ("request_timeout", "max_requests", "rss_growth", "fork_delegates", "socket_path")
+    __slots__ = _fields = ("request_timeout", "max_requests", "rss_growth", "delegates_in_place", "socket_path")
 
     request_timeout: float
     max_requests: int
     rss_growth: int
-    fork_delegates: bool
+    delegates_in_place: bool
     socket_path: str
 
-    def __init__(self, request_timeout: float, max_requests: int, rss_growth: int, fork_delegates: bool,
+    def __init__(self, request_timeout: float, max_requests: int, rss_growth: int, delegates_in_place: bool,
                  socket_path: str) -> None:
         self._assign(request_timeout=request_timeout, max_requests=max_requests, rss_growth=rss_growth,
-                     fork_delegates=fork_delegates, socket_path=socket_path)
+                     delegates_in_place=delegates_in_place, socket_path=socket_path)
 
 
 def spawn(plugins: dict[str, Any], limits: Limits, warm_first: bool) -> Worker:
@@ -219,7 +219,7 @@ def serve_one(home: Home, plugins: dict[str, Any], limits: Limits, msg: bytes, f
     finally:
         os.close(net_fd)
         os.close(mnt_fd)
-    delegates = DelegateRunner(plugins, limits.socket_path) if limits.fork_delegates else None
+    delegates = DelegateRunner(plugins, limits.socket_path) if limits.delegates_in_place else None
     status = worker.answer(conn, req, plugins[req.plugin_type], limits.request_timeout, delegates)
     conn.close()
     reason = home.leave()

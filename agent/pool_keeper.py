@@ -73,7 +73,7 @@ class PoolKeeper:
     @property
     def limits(self) -> pool.Limits:
         return pool.Limits(self.cfg.request_timeout, self.cfg.worker_requests, self.cfg.worker_rss_growth,
-                           self.cfg.fork_delegates, self.cfg.socket_path)
+                           self.cfg.delegates_in_place, self.cfg.socket_path)
 
     def note_parallel(self, in_flight: int) -> None:
         """Remember how many requests run at once (called at each start)."""

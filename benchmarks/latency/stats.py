@@ -24,6 +24,7 @@ WARM_STATUS_LIMIT = 1.0
 # warm, N pods' chains at once with the agent under the shipped limits: batch wall time against the
 # reference, the agent's cgroup peak as a share of its limit, OOM kills, and the idle footprint.
 WARM_STORM_LIMITS = {"ADD": 0.6, "DEL": 0.5}
+WARM_STORM_CPU_LIMIT = 0.25  # the node's CPU per pod (ADD + DEL), kernel work included: issue 38
 STORM_PEAK_SHARE = 0.5
 IDLE_LIMIT_MIB = 48.0
 
@@ -137,6 +138,9 @@ def warm_targets(out: dict, ref: str = "reference") -> list[dict]:
             if c in cells.get("warm", {}) and c in cells.get(ref, {}):
                 add(f"warm {width} pods at once {c}: warm/reference",
                     median_ratio(cells["warm"][c], cells[ref][c]), limit)
+        cpu = (cells.get("cpu_ratios") or {}).get(f"warm/{ref}", {}).get("node_pod")
+        if cpu is not None:
+            add(f"warm {width} pods at once: node CPU per pod (ADD+DEL), warm/reference", cpu, WARM_STORM_CPU_LIMIT)
     status = out.get("status", {})
     if "warm" in status and ref in status:
         add("warm STATUS sweep median (like for like): warm/reference",

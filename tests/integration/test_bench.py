@@ -154,6 +154,7 @@ def test_storm_reports_the_warm_agents_cgroup_and_queue(tmp_path, reference_dir)
         assert "agent" not in cells["cpu_split_ms"]["reference"][command]
         assert cells["cpu_ratios"]["warm/reference"][f"node_{command}"] > 0
     assert cells["cpu_ratios"]["warm/reference"]["node_pod"] > 0
+    assert any("node CPU per pod (ADD+DEL)" in t["target"] and t["value"] > 0 for t in out["targets"])
     assert out["agent_idle"]["usage_mib"] > 0
     assert any(t["target"].startswith("warm agent idle") for t in out["targets"])
     assert not leftover_cgroups()
