@@ -51,9 +51,9 @@ TO_MAPS = {  # (key kind, family) -> DNAT target map: key types, target types
 # the pod) and masqAll (daddr: every DNATed connection to the pod).
 HAIRPIN = {4: "hairpin4", 6: "hairpin6"}
 MASQ_ALL = {4: "masqall4", 6: "masqall6"}
-SETS = {
-    "hairpin4": ["ipv4_addr", "ipv4_addr"], "hairpin6": ["ipv6_addr", "ipv6_addr"],
-    "masqall4": ["ipv4_addr"], "masqall6": ["ipv6_addr"],
+SETS = {  # set name -> element type
+    HAIRPIN[4]: ["ipv4_addr", "ipv4_addr"], HAIRPIN[6]: ["ipv6_addr", "ipv6_addr"],
+    MASQ_ALL[4]: ["ipv4_addr"], MASQ_ALL[6]: ["ipv6_addr"],
 }
 LOCALHOST4 = "127.0.0.1"
 ID_PREFIX = "id "

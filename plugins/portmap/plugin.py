@@ -128,12 +128,10 @@ def cmd_check(req: Request) -> None:
         return None
     from . import kernel
 
-    from .verify import problem
+    from .verify import holds_any, problem
 
     snap = kernel.snapshot()
-    holds_nothing = snap is None or (plan.owner not in snap.digests and not snap.map_keys(plan.owner)
-                                     and names.dnat_chain(plan.owner) not in snap.chains)
-    if holds_nothing and kernel.reference_rules_present(req.network_name, req.container_id):
+    if not holds_any(snap, plan) and kernel.reference_rules_present(req.network_name, req.container_id):
         return None  # a pod the reference set up before a swap in place: its rules do the job
     found = problem(snap, plan)
     if found is not None:

@@ -29,9 +29,16 @@ def problem(snap: Optional[Snapshot], plan: OwnerPlan) -> Optional[str]:
     digest = snap.digests.get(plan.owner)
     if (digest is not None and digest != CHAIN_LAYOUT) or snap.map_keys(plan.owner):
         return _in_maps(snap, plan)
-    if digest is None and dnat_chain(plan.owner) not in snap.chains:
+    if not holds_any(snap, plan):
         return f"missing hostport rules: nothing of {plan.identity!r} in table {FAMILY_TABLE}"
     return _in_chains(snap, plan)
+
+
+def holds_any(snap: Optional[Snapshot], plan: OwnerPlan) -> bool:
+    """Whether the table holds anything of ``plan``'s owner: its OWNERS element, a map key or its
+    per-pod chain (the layout of the previous release)."""
+    return snap is not None and (plan.owner in snap.digests or bool(snap.map_keys(plan.owner))
+                                 or dnat_chain(plan.owner) in snap.chains)
 
 
 def _in_maps(snap: Snapshot, plan: OwnerPlan) -> Optional[str]:
