@@ -6,7 +6,7 @@ annotation and CRI-O (2^32-1)*8-1; taken literally (the reference and our previo
 the first hundreds of megabytes run at line rate and the queue holds seconds of backlog.  Each
 case gives one direction containerd's value and the other CRI-O's, at different rates, and reads
 the receiver's own per-second counts from iperf3 (no ``-O`` omit).  The bounds are the kernel's
-to keep on a loaded machine (rate +-10 %, first second at most 1.5x, ping p95 generous); the
+to keep on a loaded machine (rate -15 % to +10 %, first second at most 1.5x, ping p95 generous); the
 tight figures are in docs/plugins.md.
 """
 
