@@ -34,22 +34,29 @@ def find_host_veth(host: Any, req: Request, pod_link: Any, prev: Result) -> tupl
     """(host veth, "") of the pod's interface ``pod_link``, or (None, why there is none).
 
     The host veth is the peer of a veth, in the host namespace, pointing back at the pod's
-    interface (so a peer in a third namespace with a clashing ifindex is not taken for it), and
-    listed in prevResult as a non-sandbox interface, as the reference requires.
+    interface (:func:`_peer_in_host`), and listed in prevResult as a non-sandbox interface, as
+    the reference requires.
     """
-    from . import kernel
-
     head = f"container interface {req.ifname} has no veth peer: "
     if pod_link.kind != "veth":
         return None, head + f'interface "{req.ifname}" was not a veth interface'
     if pod_link.peer <= 0:
         return None, head + "no peer index"
-    link = kernel.get_link(host, index=pod_link.peer)
-    if link is None or link.kind != "veth" or link.peer != pod_link.index:
+    link = _peer_in_host(host, pod_link)
+    if link is None:
         return None, f"veth peer with index {pod_link.peer} is not in host ns"
     if prev.find_interface(link.name, in_sandbox=False) is None:
         return None, "no veth peer of container interface found in host ns"
     return link, ""
+
+
+def _peer_in_host(host: Any, pod_link: Any) -> Any:
+    """The veth in the host namespace at the pod interface's peer index that points back at it (a
+    link in a third namespace with a clashing ifindex is not it), or None."""
+    from . import kernel
+
+    link = kernel.get_link(host, index=pod_link.peer)
+    return link if link is not None and link.kind == "veth" and link.peer == pod_link.index else None
 
 
 def shape(host: Any, pod: Any, req: Request, wanted: str, pod_link: Any, veth: Any, why: str,
@@ -160,10 +167,9 @@ def veths_for_del(host: Any, req: Request, prev: Optional[Result], pod_link: Any
     from . import kernel
 
     if pod_link is not None and pod_link.kind == "veth" and pod_link.peer > 0:
-        link = kernel.get_link(host, index=pod_link.peer)
-        if link is not None and link.kind == "veth" and link.peer == pod_link.index:
-            if prev is None or prev.find_interface(link.name, in_sandbox=False) is not None:
-                return [link]
+        link = _peer_in_host(host, pod_link)
+        if link is not None and (prev is None or prev.find_interface(link.name, in_sandbox=False) is not None):
+            return [link]
     if prev is None:
         return []
     names = [i.name for i in prev.interfaces if not i.sandbox and not i.name.startswith(IFB_PREFIX)]
