@@ -5,8 +5,9 @@ pods' mappings present (default 1,000; several sizes with ``--pods 1000,4000,100
 at once, times ADD and DEL of one pod's port mappings (one TCP mapping per pod, snat on) as a
 runtime would exec the plugin, the sizes taking turns round by round, and prints wall time and
 the plugin process's CPU time (user + system; the kernel's work on the transaction runs in the
-process's own system call) as the mean of the middle 60% of runs, and each size's ratio to 0.  It does the same for the reference plugin at
-/usr/lib/cni/portmap (iptables backend, containernetworking-plugins) when it is installed.
+process's own system call) as the mean of the middle 60% of runs, and each size's ratio to 0.  It
+does the same for the reference plugin at /usr/lib/cni/portmap (iptables backend,
+containernetworking-plugins) when it is installed.
 
 The other pods' state is loaded in bulk, in the exact layout each plugin would have written for
 them (ours: the same nftables transactions the plugin applies, in the map layout; the reference:

@@ -9,7 +9,8 @@ tree) and the rest (the plugins' processes -- shims or the reference's binaries 
 deferred work).  The warm mode's agent runs in a memory cgroup set to the DaemonSet's limit for
 its container with its CPU quota (``--agent-memory-limit``, ``--agent-cpus``; tools/memcg.py), so
 each batch also reports what the agent's cgroup peaked at, how many of its processes the OOM killer
-took, and its queue, as its metrics endpoint shows them.  The idle footprint is read once, after the agent's pool is warm.
+took, and its queue, as its metrics endpoint shows them.  The idle footprint is read once, after
+the agent's pool is warm.
 """
 
 from __future__ import annotations

@@ -256,7 +256,8 @@ def _registered(snap: Snapshot, remove: list[str], add: OwnerPlan) -> list[dict]
     for o in snap.chain_owners():
         if o in snap.digests or o in remove or o == add.owner:
             continue
-        key = as_addr(o) if not snap.identity(o) else nft.commented(as_addr(o), snap.identity(o))
+        identity = snap.identity(o)
+        key = nft.commented(as_addr(o), identity) if identity else as_addr(o)
         out.append(nft.items(OWNERS, [[key, as_addr(CHAIN_LAYOUT)]]))
     return out
 
