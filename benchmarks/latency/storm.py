@@ -19,7 +19,7 @@ import resource
 import time
 from typing import Any, Optional
 
-from cnichain.benchmarks.latency.phases import pods_at_once
+from cnichain.benchmarks.latency.phases import pod_netns, pods_at_once
 from cnichain.benchmarks.latency.session import Bench, Mode
 from cnichain.benchmarks.measure import process_tree_cpu, system_cpu
 
@@ -93,6 +93,10 @@ def _batch(bench: Bench, mode: Mode, width: int, command: str) -> dict:
         cg.reset_peak()
     oom_before = cg.oom_kills() if cg is not None else 0
     agent = getattr(bench, "agent", None) if warm else None
+    for j in range(width):
+        # The pods' sandboxes exist before their CNI ADD, as a runtime creates them first: making
+        # a network namespace (an `ip` exec and the kernel's set-up) is not the chain's work.
+        pod_netns(bench, mode, j)
     agent_before = process_tree_cpu(agent.pid) if agent is not None else 0.0
     runtime_before = _own_cpu()
     cpu_before = system_cpu()
