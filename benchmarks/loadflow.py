@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from cnichain.benchmarks.measure import median, p95
-from cnichain.tools.lab import reap, wait_listening
+from cnichain.tools.lab import realtime, reap, wait_listening
 
 PING_INTERVAL = 0.05  # s; 20 probes a second, each a 64-byte packet: nothing beside a bulk flow
 SETTLE = 0.3  # s from the flow's start to the first probe: the connection is up and sending
@@ -105,31 +105,26 @@ def ping_cell(output: str) -> PingCell:
     return PingCell(sent, len(rtts), median(rtts), p95(rtts))
 
 
-# The flow's endpoints run under SCHED_FIFO: a reading is of the shaper, not of who else wants
-# the CPU.  A sender descheduled for longer than the shaper's queue (10 ms at the rate) lets the
-# link idle, and on a 2-core machine busy with other work that cost a 10 Mbit/s flow 20 % of its
-# goodput through a correct TBF.  The endpoints sleep on their sockets almost all the time, so
-# the priority takes nothing from anything else (and the kernel's RT throttling bounds it).
-REALTIME = ["chrt", "--fifo", "20"]
 
 
 def bulk_beside_ping(server: list[str], client: list[str], server_ip: str, seconds: int, reverse: bool,
                      port: int = 5201) -> FlowReading:
     """One iperf3 TCP flow of ``seconds`` between ``client`` and a one-off server on ``server_ip``
     (``reverse``: the server sends), and a ping from ``client`` to ``server_ip`` beside it, each
-    at :data:`REALTIME` priority."""
-    srv = subprocess.Popen([*server, *REALTIME, "iperf3", "-s", "-1", "-J", "-B", server_ip, "-p", str(port)],
+    at :func:`~cnichain.tools.lab.realtime` priority."""
+    rt = realtime()
+    srv = subprocess.Popen([*server, *rt, "iperf3", "-s", "-1", "-J", "-B", server_ip, "-p", str(port)],
                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_listening(server, port)
         argv = ["iperf3", "-c", server_ip, "-p", str(port), "-t", str(seconds), "-i", "1", "-J",
                 "--get-server-output", "--connect-timeout", "3000"] + (["-R"] if reverse else [])
-        bulk = subprocess.Popen([*client, *REALTIME, *argv], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        bulk = subprocess.Popen([*client, *rt, *argv], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True)
         try:
             time.sleep(SETTLE)
             count = max(int((seconds - 2 * SETTLE) / PING_INTERVAL), 5)
-            ping = subprocess.run([*client, *REALTIME, "ping", "-n", "-i", str(PING_INTERVAL), "-c", str(count),
+            ping = subprocess.run([*client, *rt, "ping", "-n", "-i", str(PING_INTERVAL), "-c", str(count),
                                    "-w", str(seconds + 5), server_ip],
                                   capture_output=True, text=True, timeout=seconds + 15)
             out, _ = bulk.communicate(timeout=seconds + 30)

@@ -46,3 +46,10 @@ def test_veth_pairs_peer_elsewhere_keeps_those_with_a_peer_namespace():
 
 def test_veth_pairs_of_no_output_or_garbage_is_empty():
     assert _veth_pairs("") == set() and _veth_pairs("not json") == set()
+
+
+def test_rate_within_allows_a_starved_flow_more_room_than_a_fast_one():
+    # A loaded machine can only slow a flow: 14% under a 10% bound passes, 11% over never does.
+    assert rate_within(lambda: 8.6e6, 10e6, 0.10, attempts=1)[0]
+    assert not rate_within(lambda: 8.4e6, 10e6, 0.10, attempts=1)[0]
+    assert not rate_within(lambda: 11.1e6, 10e6, 0.10, attempts=1)[0]
