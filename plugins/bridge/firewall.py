@@ -1,22 +1,34 @@
-"""bridge's nftables side: the masquerade and MAC spoof-check rules, applied and removed through
-libnftables (common.nft), each change one transaction.
+"""bridge's nftables side: the masquerade elements and MAC spoof-check rules, applied and removed
+through libnftables (common.nft), each change one transaction.
 
-The rules themselves are built by :mod:`.rules` (pure); this module lists the chains, works out which
-of an attachment's rules are stale, and applies the builders' commands.  Removal looks rules up by their
-owner tag, so it needs nothing but the network name, container ID and ifname: it works after the pod
-netns is gone, after a half-finished ADD, and twice in a row (a missing table or rule is "already
-removed").  The rule builders (.rules, which loads hashlib) are imported only inside the functions.
+The objects themselves are built by :mod:`.rules` (pure); this module applies the builders'
+commands and, where it must, lists.  The masquerade's ADD and DEL list nothing: each is one
+transaction of element commands (see :mod:`.rules`), and only a refusal -- the table or a subnet's
+chain missing, an address another attachment still holds, a DEL that does not know the pod's
+addresses -- falls back to listing the owner maps.  The previous release's per-pod rules are looked
+up by their owner tag in their own chain, which a node that never ran that release does not have.
+Removal works after the pod netns is gone, after a half-finished ADD, and twice in a row (a missing
+table or element is "already removed").  The builders (.rules, which loads hashlib) are imported
+only inside the functions.
 """
 
 from __future__ import annotations
 
+import errno
+
 from cnichain.common import nft
 from cnichain.common.errors import CniError
+from cnichain.common.kernel_errors import NftError
 from cnichain.common.log import log
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec
-    from typing import Iterable, Optional
+    from typing import Callable, Iterable, Optional
+
+# Refusals of an element transaction that a fresh listing gets past: an object missing (ENOENT),
+# an element held by another attachment (EEXIST), or one that changed meanwhile (EBUSY).
+_REFUSED = (errno.ENOENT, errno.EEXIST, errno.EBUSY)
+SLOW_ATTEMPTS = 4
 
 
 def _masq_list() -> str:
@@ -35,27 +47,119 @@ def _listing(command: str) -> Optional[list[dict]]:
     return nft.list_ruleset(command)
 
 
-def add_masquerade(network: str, container_id: str, ifname: str, addresses: Iterable[str]) -> None:
+def add_masquerade(network: str, container_id: str, ifname: str, addresses: Iterable[str],
+                   rebuild: bool = False) -> None:
+    """ADD: claim ``addresses`` for this attachment -- one transaction of element adds.  When the
+    kernel refuses it for a missing object (the first pod, a new subnet), the table's fixed part
+    (maps, ``pods``, the subnets' chains: written whole again, a constant size) goes in front of the
+    claim; ``rebuild`` (the reconciler's repair) always puts it there, so a flushed chain comes
+    back.  Only a claim refused because another attachment holds an address lists the owner maps.
+
+    The fixed part is not in every ADD: rewriting it deletes rules, and rule deletions wake the
+    reconciler (a pass after every burst of ADDs, for nothing).
+    """
     from . import rules
 
-    tag = rules.owner_tag(network, container_id, ifname)
-    text = rules.comment(network, container_id, ifname)
     addresses = list(addresses)
-    for attempt in range(2):
-        stale = rules.owned_handles(_listing(_masq_list()), tag)
+    if not addresses:
+        return
+    owner = rules.owner_addr(network, container_id, ifname)
+    text = rules.comment(network, container_id, ifname)
+    claim, fixed = rules.masq_claim(addresses, owner, text), rules.masq_skeleton(addresses)
+    what = "failed to set up IP masquerading"
+    tries = [fixed + claim] if rebuild else [claim, fixed + claim]
+    for commands in tries:
         try:
-            nft.apply(rules.masq_add(addresses, text, stale), "failed to set up IP masquerading")
+            nft.apply(commands, what)
             return
-        except CniError:
-            if attempt or not stale:  # a retry only helps if a stale rule vanished under us
+        except NftError as exc:
+            if exc.errno not in _REFUSED:
                 raise
+            if exc.errno != errno.ENOENT:
+                break
+    last: Optional[NftError] = None
+    for _attempt in range(SLOW_ATTEMPTS):
+        # IPAM gave these addresses to this attachment, so another owner's element for one of them
+        # is a leftover (an attachment whose DEL never came): it is replaced, in the same transaction.
+        held = {a: (o, c) for a, (o, _comment, c) in _held().items()}
+        try:
+            nft.apply(fixed + rules.masq_drop(held, addresses) + claim, what)
+            return
+        except NftError as exc:
+            if exc.errno not in _REFUSED:
+                raise
+            last = exc
+    assert last is not None
+    raise last
 
 
-def remove_masquerade(network: str, container_id: str, ifname: str) -> None:
+def remove_masquerade(network: str, container_id: str, ifname: str, addresses: Iterable[str] = ()) -> None:
+    """DEL: this attachment's elements -- with ``addresses`` (the cached result's) one transaction
+    that lists nothing; without them, or refused, this owner's elements as the owner maps list
+    them -- and whatever the previous release's chain holds for it."""
     from . import rules
 
-    _remove(_masq_list(), "inet", rules.MASQ_TABLE, rules.MASQ_CHAIN,
-            rules.owner_tag(network, container_id, ifname), "failed to remove IP masquerading")
+    owner = rules.owner_addr(network, container_id, ifname)
+    addresses = list(addresses)
+    done = False
+    if addresses:
+        try:
+            nft.apply(rules.masq_release(addresses, owner), "failed to remove IP masquerading")
+            done = True
+        except NftError as exc:
+            if exc.errno not in _REFUSED:
+                raise
+    if not done:
+        _release_listed(lambda held_owner: held_owner == owner)
+    if _legacy_chain_present():
+        _remove(_masq_list(), "inet", rules.MASQ_TABLE, rules.MASQ_CHAIN,
+                rules.owner_tag(network, container_id, ifname), "failed to remove IP masquerading")
+
+
+def _legacy_chain_present() -> bool:
+    """Whether the previous release's chain of per-pod rules is there, from the family's chain
+    names alone: listing a chain of our table makes libnftables fetch every element of its maps."""
+    from . import rules
+
+    for item in _listing("list chains inet") or []:
+        chain = item.get("chain") if isinstance(item, dict) else None
+        if chain and chain.get("table") == rules.MASQ_TABLE and chain.get("name") == rules.MASQ_CHAIN:
+            return True
+    return False
+
+
+def _held() -> dict[str, tuple[str, str, str]]:
+    """Address -> (owner value, owner comment, net chain) in the owner and net maps ({}: no table)."""
+    from . import rules
+
+    owners, nets = [], []
+    for family in (4, 6):
+        owners.append(_listing(f"list map inet {rules.MASQ_TABLE} {rules.POD_OWNERS[family]}"))
+        nets.append(_listing(f"list map inet {rules.MASQ_TABLE} {rules.POD_NETS[family]}"))
+    return rules.held_in(owners, nets)
+
+
+def _release_listed(whose: Callable[[str], bool]) -> list[str]:
+    """Delete the elements of the addresses whose owner value ``whose`` picks, from a listing
+    (again from a fresh one when a concurrent change got in between); the addresses released."""
+    from . import rules
+
+    last: Optional[NftError] = None
+    for _attempt in range(SLOW_ATTEMPTS):
+        held = _held()
+        picked = [a for a, (o, _c, _n) in held.items() if o and whose(o)]
+        if not picked:
+            return []
+        try:
+            nft.apply(rules.masq_drop({a: (o, c) for a, (o, _m, c) in held.items()}, picked),
+                      "failed to remove IP masquerading")
+            return picked
+        except NftError as exc:
+            if exc.errno not in _REFUSED:
+                raise
+            last = exc
+    assert last is not None
+    raise last
 
 
 def remove_reference_rules(network: str, container_id: str, ifname: str, *, masq: bool, spoof: bool) -> None:
@@ -84,9 +188,33 @@ def reference_masquerade_present(network: str, container_id: str, ifname: str) -
     from cnichain.common import reference_rules
 
     return reference_rules.present(reference_rules.masquerade_target(network, container_id, ifname))
-def masquerade_listing() -> Optional[list[dict]]:
-    """Our masquerade chain as libnftables JSON (None: no table); read-only, for whole-node views."""
-    return _listing(_masq_list())
+def masquerade_holdings() -> Optional[list[tuple[str, str, str]]]:
+    """Every address masqueraded in fact, as ``(owner tag, comment, address)``: an owner element
+    whose net element points to its subnet's chain, that chain holding its rule and ``pods``
+    dispatching the family; and the previous release's rules (None: no table at all).  Read-only,
+    for CHECK, the reconciler and whole-node views."""
+    import ipaddress
+
+    from . import rules
+
+    legacy = _listing(_masq_list())
+    pods = _listing(f"list chain inet {rules.MASQ_TABLE} {rules.PODS_CHAIN}")
+    if legacy is None and pods is None and _listing(f"list table inet {rules.MASQ_TABLE}") is None:
+        return None
+    families = rules.dispatched_families(pods)
+    chains: dict[str, bool] = {}
+    out: list[tuple[str, str, str]] = []
+    for address, (owner, comment, chain) in _held().items():
+        if not owner or not chain or ipaddress.ip_address(address).version not in families:
+            continue
+        if chain not in chains:
+            chains[chain] = bool(rules.rules_in(_listing(f"list chain inet {rules.MASQ_TABLE} {chain}")))
+        if chains[chain]:
+            out.append((rules.tag_of_owner(owner), comment, address))
+    for rule in rules.rules_in(legacy):
+        text = str(rule.get("comment", ""))
+        out += [(rules.tag_of(text), text, a.split("/")[0]) for a in rules.rule_addresses(rule)]
+    return out
 
 
 def spoof_listing() -> Optional[list[dict]]:
@@ -95,18 +223,14 @@ def spoof_listing() -> Optional[list[dict]]:
 
 
 def masquerade_addresses(network: str, container_id: str, ifname: str) -> Optional[list[str]]:
-    """Source addresses of this attachment's masquerade rules (None: no table at all)."""
+    """The addresses masqueraded for this attachment (None: no table at all)."""
     from . import rules
 
-    listing = _listing(_masq_list())
-    if listing is None:
+    holdings = masquerade_holdings()
+    if holdings is None:
         return None
     tag = rules.owner_tag(network, container_id, ifname)
-    out: list[str] = []
-    for rule in rules.rules_in(listing):
-        if str(rule.get("comment", "")).startswith(tag):
-            out.extend(rules.rule_addresses(rule))
-    return out
+    return [address for owner_tag, _comment, address in holdings if owner_tag == tag]
 
 
 def add_spoof_check(network: str, container_id: str, ifname: str, host_veth: str, mac: str) -> None:
@@ -126,9 +250,11 @@ def remove_spoof_check(network: str, container_id: str, ifname: str) -> None:
 
 
 def gc(network: str, keep_tags: set[str]) -> None:
-    """Drop this network's rules whose attachment is not in ``keep_tags``."""
+    """Drop this network's masquerade elements and rules whose attachment is not in ``keep_tags``."""
     from . import rules
 
+    prefix = rules.network_tag(network) + "-"
+    _release_listed(lambda owner: (tag := rules.tag_of_owner(owner)).startswith(prefix) and tag not in keep_tags)
     for listing_cmd, family, table, chain in (
         (_masq_list(), "inet", rules.MASQ_TABLE, rules.MASQ_CHAIN),
         (_spoof_list(), "bridge", rules.SPOOF_TABLE, rules.SPOOF_CHAIN),

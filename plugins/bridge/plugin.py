@@ -101,8 +101,10 @@ def _add(req: Request, cfg: BridgeConfig, host: Any, pod: Any, pod_fd: int, undo
             bridge_mac = kernel.ensure_bridge_addrs(host, bridge, cfg, plan.bridge_addrs)
             kernel.enable_forwarding(plan.families)
         if cfg.ip_masq:
-            undo.push("remove masquerade", firewall.remove_masquerade, cfg.network, req.container_id, req.ifname)
-            firewall.add_masquerade(cfg.network, req.container_id, req.ifname, [ip.address for ip in plan.ips])
+            masqueraded = [ip.address for ip in plan.ips]
+            undo.push("remove masquerade", firewall.remove_masquerade, cfg.network, req.container_id, req.ifname,
+                      masqueraded)
+            firewall.add_masquerade(cfg.network, req.container_id, req.ifname, masqueraded)
         result.ips, result.routes, result.dns = plan.ips, plan.routes, result_dns(cfg, ipam)
     elif not cfg.disable_container_interface:
         kernel.set_up(pod, container_index, req.ifname)
@@ -161,6 +163,15 @@ def _release_leftovers(req: Request, cfg: BridgeConfig) -> None:
         delegate_ipam(req, "DEL")
 
 
+def _prev_addresses(req: Request) -> list[str]:
+    """The addresses of the cached result this DEL carries ([] without one, or one that does not parse)."""
+    try:
+        prev = req.prev_result
+    except CniError:
+        return []
+    return [ip.address for ip in prev.ips] if prev is not None else []
+
+
 def cmd_del(req: Request) -> None:
     """Best effort from whatever parses: with a config that does not decode, every rule kind is
     looked up by its tag (removal is idempotent) and IPAM is still asked to release."""
@@ -177,7 +188,8 @@ def cmd_del(req: Request) -> None:
     from . import firewall, kernel  # no pyroute2 or nftables binding until a call needs one
 
     if masq:
-        firewall.remove_masquerade(req.network_name, req.container_id, req.ifname)
+        # The cached result's addresses make it one transaction; without them, a listing.
+        firewall.remove_masquerade(req.network_name, req.container_id, req.ifname, _prev_addresses(req))
     if spoof:
         firewall.remove_spoof_check(req.network_name, req.container_id, req.ifname)
     if masq or spoof:

@@ -1,17 +1,31 @@
-"""Pure builders for the bridge plugin's nftables rules (libnftables JSON), and their ownership tags.
+"""Pure builders for the bridge plugin's nftables objects (libnftables JSON), and their ownership tags.
 
 Two tables of our own, never shared with other tools:
 
-* ``inet cnichain_masquerade``, base chain ``postrouting`` (nat, srcnat): one rule per pod address,
-  ``ip saddr <pod> ip daddr != <pod subnet> ip daddr != 224.0.0.0/4 masquerade`` (``ff00::/8`` for
-  IPv6).  Multicast is excluded in the rule itself, so no shared rule has to be kept in order.
+* ``inet cnichain_masquerade``, for ``ipMasq``, in maps -- no rule per pod, so ADD and DEL cost
+  what they change at any number of pods (a rule per pod meant listing the chain for every change:
+  2.7 ms of CPU for an ADD and DEL at 0 pods, 16 ms at 110, 120 ms at 1,000)::
+
+      map pod_owners4   <pod address> : <owner>          comment "<owner tag>, net: .., if: .., id: .."
+      map pod_nets4     <pod address> : jump net-<h>     (pod_owners6 / pod_nets6 for IPv6)
+      chain pods        nat postrouting srcnat:  ip saddr vmap @pod_nets4; ip6 saddr vmap @pod_nets6
+      chain net-<h>     ip daddr != <pod subnet> ip daddr != 224.0.0.0/4 masquerade   (ff00::/8)
+
+  ``<owner>`` is the attachment's owner tag read as 128 bits (an IPv6 address): ADD claims each
+  address in one transaction of element adds, which the kernel refuses when another attachment
+  holds it; DEL is the same claim followed by the deletes, so it never removes another
+  attachment's element, whatever address it reuses.  ``<h>`` names the subnet, so every pod of
+  a subnet shares its chain.  The previous release's layout -- base chain ``postrouting``, one
+  rule per pod address, ``ip saddr <pod> ip daddr != <pod subnet> ip daddr != 224.0.0.0/4
+  masquerade`` with the owner comment -- is still read and removed, never written.
 * ``bridge cnichain_macspoof``, base chain ``prerouting`` (filter, priority -300): one rule per pod,
   ``iifname <host veth> ether saddr != <pod MAC> drop``.
 
-Every rule carries a comment that starts with an ownership tag derived from the network name and the
-(containerID, ifname) pair alone, so DEL and GC find a pod's rules without its netns, its addresses or
-its prevResult.  The tag layout follows the reference nftables backend: 16 hex of SHA-512(network),
-``-``, 16 hex of SHA-512("ifname:containerID"), then readable fields, cut at 128 characters.
+Every rule or owner element carries a comment that starts with an ownership tag derived from the
+network name and the (containerID, ifname) pair alone, so DEL and GC find a pod's state without its
+netns, its addresses or its prevResult.  The tag layout follows the reference nftables backend: 16
+hex of SHA-512(network), ``-``, 16 hex of SHA-512("ifname:containerID"), then readable fields, cut
+at 128 characters.
 """
 
 from __future__ import annotations
@@ -24,7 +38,13 @@ if TYPE_CHECKING:  # annotations only: typing costs milliseconds on every exec
     from typing import Iterable, Optional
 
 MASQ_TABLE = "cnichain_masquerade"
-MASQ_CHAIN = "postrouting"
+MASQ_CHAIN = "postrouting"  # the previous release's chain of per-pod rules: read and emptied, never written
+PODS_CHAIN = "pods"
+POD_OWNERS = {4: "pod_owners4", 6: "pod_owners6"}
+POD_NETS = {4: "pod_nets4", 6: "pod_nets6"}
+NET_CHAIN_PREFIX = "net-"
+_ADDR_TYPE = {4: "ipv4_addr", 6: "ipv6_addr"}
+_SADDR = {4: "ip", 6: "ip6"}
 SPOOF_TABLE = "cnichain_macspoof"
 SPOOF_CHAIN = "prerouting"
 COMMENT_MAX = 128
@@ -131,6 +151,164 @@ def masq_add(addresses: Iterable[str], tag_comment: str, stale_handles: Iterable
     cmds += delete_rules("inet", MASQ_TABLE, MASQ_CHAIN, stale_handles)
     cmds += [masq_rule(a, tag_comment) for a in addresses]
     return cmds
+
+
+# -- masquerade in maps ----------------------------------------------------------------------------
+
+def owner_addr(network: str, container_id: str, ifname: str) -> str:
+    """The attachment's owner tag as the 128-bit value its owner elements hold (an IPv6 address)."""
+    return str(ipaddress.IPv6Address(int(owner_tag(network, container_id, ifname).replace("-", ""), 16)))
+
+
+def tag_of_owner(value: str) -> str:
+    """The owner tag an owner element's value holds (inverse of :func:`owner_addr`); "" when it is
+    not an IPv6 address."""
+    try:
+        digits = f"{int(ipaddress.IPv6Address(value)):032x}"
+    except ValueError:
+        return ""
+    return f"{digits[:16]}-{digits[16:]}"
+
+
+def _family(address: str) -> int:
+    return ipaddress.ip_interface(address).version
+
+
+def address_of(address: str) -> str:
+    """The host address of a result's CIDR (``10.1.0.5/24`` -> ``10.1.0.5``), as maps key it."""
+    return str(ipaddress.ip_interface(address).ip)
+
+
+def net_chain(address: str) -> str:
+    """The chain of the subnet ``address`` (CIDR with the host part, as in a result) lies in."""
+    return NET_CHAIN_PREFIX + _h16(str(ipaddress.ip_interface(address).network))
+
+
+def _obj(**fields: object) -> dict:
+    return {"family": "inet", "table": MASQ_TABLE, **fields}
+
+
+def _net_rule(address: str) -> list[dict]:
+    """``net-<h>``: masquerade what leaves the subnet for anything but multicast (idempotent:
+    the chain is flushed and its one rule written again)."""
+    iface = ipaddress.ip_interface(address)
+    proto = _SADDR[iface.version]
+    mc_addr, mc_len = _MULTICAST[iface.version]
+    chain = net_chain(address)
+
+    def daddr_not(addr: str, length: int) -> dict:
+        return {"match": {"op": "!=", "left": {"payload": {"protocol": proto, "field": "daddr"}},
+                          "right": {"prefix": {"addr": addr, "len": length}}}}
+
+    expr = [daddr_not(str(iface.network.network_address), iface.network.prefixlen), daddr_not(mc_addr, mc_len),
+            {"masquerade": None}]
+    return [{"add": {"chain": _obj(name=chain)}}, {"flush": {"chain": _obj(name=chain)}},
+            {"add": {"rule": _obj(chain=chain, expr=expr)}}]
+
+
+def masq_skeleton(addresses: Iterable[str]) -> list[dict]:
+    """The table, its maps and ``pods`` chain, and the chains of ``addresses``' subnets, every one
+    written whole again (idempotent, and the same size at any number of pods): what goes in front
+    of a claim that met a missing object, and of the reconciler's repair."""
+    out: list[dict] = [{"add": {"table": {"family": "inet", "name": MASQ_TABLE}}}]
+    for family in (4, 6):
+        out.append({"add": {"map": _obj(name=POD_OWNERS[family], type=_ADDR_TYPE[family], map="ipv6_addr")}})
+        out.append({"add": {"map": _obj(name=POD_NETS[family], type=_ADDR_TYPE[family], map="verdict")}})
+    out.append({"add": {"chain": _obj(name=PODS_CHAIN, type="nat", hook="postrouting", prio=100, policy="accept")}})
+    out.append({"flush": {"chain": _obj(name=PODS_CHAIN)}})
+    for family in (4, 6):
+        saddr = {"payload": {"protocol": _SADDR[family], "field": "saddr"}}
+        out.append({"add": {"rule": _obj(chain=PODS_CHAIN, expr=[{"vmap": {"key": saddr, "data": f"@{POD_NETS[family]}"}}])}})
+    chains = {net_chain(a): a for a in addresses}
+    for address in chains.values():
+        out += _net_rule(address)
+    return out
+
+
+def _owner_element(address: str, owner: str, verb: str, tag_comment: str = "") -> dict:
+    key: object = address_of(address)
+    if tag_comment:
+        key = {"elem": {"val": key, "comment": tag_comment}}
+    item = [key, owner] if verb == "add" else key
+    return {verb: {"element": _obj(name=POD_OWNERS[_family(address)], elem=[item])}}
+
+
+def _net_element(address: str, verb: str, chain: str = "") -> dict:
+    item = [address_of(address), {"jump": {"target": chain or net_chain(address)}}] if verb == "add" else address_of(address)
+    return {verb: {"element": _obj(name=POD_NETS[_family(address)], elem=[item])}}
+
+
+def masq_claim(addresses: Iterable[str], owner: str, tag_comment: str) -> list[dict]:
+    """ADD: each address's owner and subnet chain, refused (EEXIST) when one is held by another
+    attachment or points elsewhere, and (ENOENT) when the table, a map or the chain is missing."""
+    out: list[dict] = []
+    for address in addresses:
+        out += [_owner_element(address, owner, "add", tag_comment), _net_element(address, "add")]
+    return out
+
+
+def masq_release(addresses: Iterable[str], owner: str) -> list[dict]:
+    """DEL: the claim, then the deletes -- it goes through only when every address is this
+    attachment's, and a repeated DEL adds and deletes within the one transaction."""
+    out: list[dict] = []
+    for address in addresses:
+        out += [_owner_element(address, owner, "add"), _owner_element(address, owner, "delete"),
+                _net_element(address, "add"), _net_element(address, "delete")]
+    return out
+
+
+def masq_drop(held: dict[str, tuple[str, str]], addresses: Iterable[str]) -> list[dict]:
+    """Deletes of what ``held`` (address -> (owner, net chain) as listed) has for ``addresses``."""
+    out: list[dict] = []
+    for address in addresses:
+        owner, chain = held.get(address_of(address), ("", ""))
+        if owner:
+            out.append(_owner_element(address, owner, "delete"))
+        if chain:
+            out.append(_net_element(address, "delete"))
+    return out
+
+
+def held_in(owner_maps: list[Optional[list[dict]]], net_maps: list[Optional[list[dict]]]) -> dict[str, tuple[str, str, str]]:
+    """Address -> (owner value, owner comment, net chain) from ``list map`` answers of the owner and
+    net maps; a net element nobody owns (half of an interrupted repair) has an empty owner."""
+    chains = {address: str(((value or {}).get("jump") or {}).get("target", "")) if isinstance(value, dict) else ""
+              for address, _comment, value in _elements(net_maps)}
+    out = {address: (str(value), comment, chains.pop(address, "")) for address, comment, value in _elements(owner_maps)}
+    out.update((address, ("", "", chain)) for address, chain in chains.items())
+    return out
+
+
+def dispatched_families(pods_listing: Optional[list[dict]]) -> set[int]:
+    """The families whose ``vmap @pod_nets<f>`` rule the ``pods`` chain's listing holds."""
+    wanted = {f"@{name}": family for family, name in POD_NETS.items()}
+    found: set[int] = set()
+    for rule in rules_in(pods_listing):
+        for expr in rule.get("expr") or []:
+            data = ((expr.get("vmap") or {}).get("data") if isinstance(expr, dict) else None)
+            if data in wanted:
+                found.add(wanted[data])
+    return found
+
+
+def _elements(listings: list[Optional[list[dict]]]) -> list[tuple[str, str, object]]:
+    """(address, element comment, value) of every element in ``list map`` answers."""
+    out: list[tuple[str, str, object]] = []
+    for listing in listings:
+        for item in listing or []:
+            body = item.get("map") if isinstance(item, dict) else None
+            for elem in (body or {}).get("elem") or []:
+                if not isinstance(elem, list) or len(elem) != 2:
+                    continue
+                key, comment = elem[0], ""
+                if isinstance(key, dict):
+                    inner = key.get("elem") or {}
+                    key, comment = inner.get("val", ""), str(inner.get("comment", ""))
+                try:
+                    out.append((str(ipaddress.ip_address(str(key))), comment, elem[1]))
+                except ValueError:
+                    continue
+    return out
 
 
 # -- MAC spoof check -------------------------------------------------------------------------------

@@ -5,11 +5,11 @@ bridge keeps two kinds of rule per attachment, each tagged with the attachment's
 MAC spoof check of (host veth, container MAC).  The rest of its state is the pod's own veth and
 addresses, which the reconciler does not re-create.
 
-* check: the rules the cached config and result call for, against one listing of each chain
-  (the survey); repaired by ``add_masquerade`` and ``add_spoof_check`` with the values of the
-  cached result, each bridge's own transaction (its stale rules of this attachment dropped, its
-  table and chain created if gone);
-* node view: :func:`masquerades` reads the masquerade chain back, one entry per attachment;
+* check: what the cached config and result call for, against one listing of the masquerade maps
+  (and the previous release's chain) and of the spoof-check chain (the survey); repaired by
+  ``add_masquerade`` and ``add_spoof_check`` with the values of the cached result, each bridge's
+  own transaction (its table, maps and chains created if gone);
+* node view: :func:`masquerades` reads the masquerade state back, one entry per attachment;
 * leftovers: ``remove_masquerade`` and ``remove_spoof_check`` for exactly that attachment.
 """
 
@@ -65,15 +65,14 @@ def applies(req: Request) -> bool:
     return bool(masq) or spoof is not None
 
 
-def _tags(masq_listing: Optional[list[dict]], spoof_listing: Optional[list[dict]]
+def _tags(masq_holdings: Optional[list[tuple[str, str, str]]], spoof_listing: Optional[list[dict]]
           ) -> tuple[dict[str, set[str]], dict[str, set[tuple[str, str]]]]:
     """Per owner tag: the addresses masqueraded, and the (veth, MAC) pairs spoof-checked."""
     from cnichain.plugins.bridge import rules
 
     masq: dict[str, set[str]] = {}
-    for rule in rules.rules_in(masq_listing):
-        tag = rules.tag_of(str(rule.get("comment", "")))
-        masq.setdefault(tag, set()).update(a.split("/")[0] for a in rules.rule_addresses(rule))
+    for tag, _comment, address in masq_holdings or []:
+        masq.setdefault(tag, set()).add(address)
     spoof: dict[str, set[tuple[str, str]]] = {}
     for rule in rules.rules_in(spoof_listing):
         spoof.setdefault(rules.tag_of(str(rule.get("comment", ""))), set()).add(rules.spoof_guard(rule))
@@ -83,7 +82,7 @@ def _tags(masq_listing: Optional[list[dict]], spoof_listing: Optional[list[dict]
 def _survey(_stack: ExitStack) -> Any:
     from cnichain.plugins.bridge import firewall
 
-    return _tags(firewall.masquerade_listing(), firewall.spoof_listing())
+    return _tags(firewall.masquerade_holdings(), firewall.spoof_listing())
 
 
 def missing(req: Request, masq_tags: dict[str, set[str]], spoof_tags: dict[str, set[tuple[str, str]]]
@@ -114,7 +113,7 @@ def _repair(req: Request) -> None:
 
     masq, spoof = wants(req)
     if masq:
-        firewall.add_masquerade(req.network_name, req.container_id, req.ifname, masq)
+        firewall.add_masquerade(req.network_name, req.container_id, req.ifname, masq, rebuild=True)
     if spoof is not None:
         firewall.add_spoof_check(req.network_name, req.container_id, req.ifname, *spoof)
 
@@ -124,32 +123,31 @@ def _undo(req: Request) -> None:
 
     masq, spoof = wants(req)
     if masq:
-        firewall.remove_masquerade(req.network_name, req.container_id, req.ifname)
+        firewall.remove_masquerade(req.network_name, req.container_id, req.ifname, masq)
     if spoof is not None:
         firewall.remove_spoof_check(req.network_name, req.container_id, req.ifname)
 
 
-def parse_masquerade_listing(objects: list[dict]) -> list[Masquerade]:
-    """One entry per attachment named in the rule comments of bridge's masquerade chain."""
+def parse_masquerade_holdings(holdings: list[tuple[str, str, str]]) -> list[Masquerade]:
+    """One entry per attachment named in the comments of bridge's masquerade state."""
     from cnichain.plugins.bridge import rules
 
     found: dict[tuple[str, str, str], Masquerade] = {}
-    for rule in rules.rules_in(objects):
-        owner = rules.attachment_of(str(rule.get("comment", "")))
+    for _tag, comment, address in holdings:
+        owner = rules.attachment_of(comment)
         if owner is None:
             continue
         network, ifname, cid = owner
         entry = found.setdefault((network, cid, ifname), Masquerade(network, cid, ifname))
-        entry.addresses.extend(rules.rule_addresses(rule))
+        entry.addresses.append(address)
     return list(found.values())
 
 
 def masquerades() -> list[Masquerade]:
-    """bridge's masquerade rules in the caller's namespace, one entry per attachment."""
+    """bridge's masquerade state in the caller's namespace, one entry per attachment."""
     from cnichain.plugins.bridge import firewall
 
-    listing = firewall.masquerade_listing()
-    return parse_masquerade_listing(listing) if listing else []
+    return parse_masquerade_holdings(firewall.masquerade_holdings() or [])
 
 
 def _describe(items: list[Any]) -> list[str]:

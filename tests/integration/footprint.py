@@ -13,7 +13,7 @@ import json
 import os
 from typing import Any
 
-from cnichain.plugins.bridge.rules import MASQ_TABLE, SPOOF_TABLE
+from cnichain.plugins.bridge.rules import MASQ_TABLE, NET_CHAIN_PREFIX, PODS_CHAIN, SPOOF_TABLE
 from cnichain.plugins.host_local.kernel import LAST_IP_PREFIX, LOCK_NAME, TEMP_PREFIX
 from cnichain.plugins.portmap.names import TABLE as PORTMAP_TABLE_NAME
 from cnichain.tools.lab import Lab
@@ -36,7 +36,8 @@ def _strip(value: Any) -> Any:
 
 def nft_items(lab: Lab) -> set[str]:
     """Rules and map/set elements of our tables; portmap's shared skeleton (the hook chains and
-    their map lookups) is not per pod, only its per-container chains' rules are."""
+    their map lookups) is not per pod, only its per-container chains' rules are, and neither is
+    bridge's masquerade dispatch (``pods`` and the subnets' chains): its per-pod state is elements."""
     # A failed nft (or one that printed nothing) is not an empty ruleset: it raises here, so
     # "nothing left" cannot be read off a listing that never happened.
     proc = lab.run(lab.node, "nft", "-j", "list", "ruleset", check=False)
@@ -53,6 +54,9 @@ def nft_items(lab: Lab) -> set[str]:
                 continue
             if (kind == "rule" and body.get("table") == PORTMAP_TABLE[1]
                     and not str(body.get("chain", "")).startswith(PORTMAP_OWNED_PREFIXES)):
+                continue
+            if (kind == "rule" and body.get("table") == MASQ_TABLE
+                    and (body.get("chain") == PODS_CHAIN or str(body.get("chain", "")).startswith(NET_CHAIN_PREFIX))):
                 continue
             out.add(f"{kind} " + json.dumps(_strip(body), sort_keys=True))
     return out

@@ -21,7 +21,7 @@ import pytest
 from cnichain.tools.lab import Lab
 from cnichain.podstate.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common.errors import Code
-from cnichain.plugins.bridge.rules import MASQ_CHAIN, MASQ_TABLE, SPOOF_TABLE
+from cnichain.plugins.bridge.rules import MASQ_TABLE, POD_NETS, SPOOF_TABLE
 from cnichain.plugins.host_local.kernel import LAST_IP_PREFIX, LOCK_NAME
 from tests.specver import (
     ALL_VERSIONS,
@@ -153,11 +153,14 @@ def test_dual_stack(lab, runtime, cni_version):
     assert "tentative" not in lab.run(p1, "ip", "-6", "addr", "show", "eth0").stdout
     assert lab.run(lab.node, "sysctl", "-n", "net.ipv6.conf.all.forwarding").stdout.strip() == "1"
     rules = ruleset(lab)
-    assert "ip6 saddr fd78::2" in rules and "ip6 daddr != ff00::/8" in rules
+    assert f"{v6_2} comment" in rules and f"{v4_2} comment" in rules  # owned, both families
+    assert "ip6 daddr != fd78::/64 ip6 daddr != ff00::/8 masquerade" in rules
+    assert "ip daddr != 10.78.0.0/24 ip daddr != 224.0.0.0/4 masquerade" in rules
     check_as_runtime(runtime, conf, Attachment("c1", p1, "eth0"))
     runtime.delete(conf, Attachment("c1", p1, "eth0"))
     runtime.delete(conf, Attachment("c2", p2, "eth0"))
-    assert "saddr" not in ruleset(lab)
+    rules = ruleset(lab)
+    assert v6_2 not in rules and v4_2 not in rules and "id: c1" not in rules
 
 
 def test_enabledad_waits_for_dad(lab, runtime, cni_version):
@@ -266,7 +269,7 @@ def test_check_detects_damage(lab, runtime, check_version):
     assert_failed(info.value, Code.INTERNAL, "Expected Route 0.0.0.0/0", prefix=True)
     lab.run(pod, "ip", "route", "add", "default", "via", "10.77.0.1")
     runtime.check(conf, att)
-    lab.run(lab.node, "nft", "flush", "chain", "inet", MASQ_TABLE, MASQ_CHAIN)
+    lab.run(lab.node, "nft", "flush", "map", "inet", MASQ_TABLE, POD_NETS[4])
     with pytest.raises(PluginFailed) as info:
         runtime.check(conf, att)
     assert_failed(info.value, Code.INTERNAL, "masquerade rule for 10.77.0.2 (c1/eth0) is missing")

@@ -25,7 +25,7 @@ from cnichain.node.launchers import conflists_dir
 from cnichain.tools.lab import isolate_conflist
 from cnichain.podstate.runtime import Attachment, ConfList, PluginFailed
 from cnichain.common.version import at_least
-from cnichain.plugins.bridge.rules import MASQ_TABLE
+from cnichain.plugins.bridge.rules import MASQ_TABLE, POD_OWNERS
 from cnichain.plugins.portmap import names as portmap_names
 from tests.integration.bandwidth_lab import flow_as_asked
 from tests.integration.footprint import difference, footprint, leftovers
@@ -190,7 +190,9 @@ def test_gc_keeps_every_live_pod_and_the_next_add_never_reuses_a_live_ip(lab, ma
     live_ips = {ip_of(runtime.add(main, att)) for att in live}
     assert len(live_ips) == 3
     before = footprint(lab)
-    assert len([x for x in before["nft"] if f'"table": "{MASQ_TABLE}"' in x]) == 3 and len(before["reservations"]) == 3
+    masqueraded = [x for x in before["nft"] if f'"table": "{MASQ_TABLE}"' in x and f'"name": "{POD_OWNERS[4]}"' in x]
+    assert len(masqueraded) == 1 and len(json.loads(masqueraded[0].split(" ", 1)[1])["elem"]) == 3
+    assert len(before["reservations"]) == 3
     assert len([x for x in before["qdiscs"] if x.startswith("tbf ")]) == 3  # into each live pod
     assert all(pod_tbf(lab, att.netns) for att in live)  # out of each live pod
 

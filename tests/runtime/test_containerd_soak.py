@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from cnichain.plugins.bridge.rules import MASQ_TABLE
+from cnichain.plugins.bridge.rules import MASQ_TABLE, NET_CHAIN_PREFIX, PODS_CHAIN
 from tests import polling
 
 from . import leftovers
@@ -47,12 +47,19 @@ CHURN_PORT = 21000  # + churner index: one pod per churner at a time holds it
 
 
 def masquerade_leftovers(cri_node: CriNode) -> list[str]:
-    """Rules in bridge's masquerade chain (each belongs to one attachment: none may outlive it)."""
+    """bridge's per-attachment masquerade state -- owner and subnet map elements, and any rule
+    outside its shared dispatch (each belongs to one attachment: none may outlive it)."""
     out = cri_node.node.node_run("nft", "-j", "list", "table", "inet", MASQ_TABLE, check=False)
     if out.returncode != 0:
         return []
-    return [f"masquerade rule {item['rule'].get('comment', '')}" for item in json.loads(out.stdout).get("nftables", [])
-            if "rule" in item]
+    found = []
+    for item in json.loads(out.stdout).get("nftables", []):
+        rule, owned = item.get("rule"), item.get("map")
+        if rule and rule.get("chain") != PODS_CHAIN and not str(rule.get("chain", "")).startswith(NET_CHAIN_PREFIX):
+            found.append(f"masquerade rule {rule.get('comment', '')}")
+        if owned and owned.get("elem"):
+            found += [f"masquerade element {json.dumps(e)}" for e in owned["elem"]]
+    return found
 
 
 def metric(text: str, name: str) -> str:

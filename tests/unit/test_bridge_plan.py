@@ -114,3 +114,52 @@ def test_spoof_rule():
     assert rule["family"] == "bridge" and rule["expr"][0]["match"]["right"] == "veth12345678"
     assert rule["expr"][1]["match"]["op"] == "!=" and rule["expr"][2] == {"drop": None}
     assert cmds[1]["add"]["chain"]["prio"] == -300
+
+
+# -- masquerade in maps ----------------------------------------------------------------------------
+
+def test_owner_value_is_the_owner_tag_and_reads_back():
+    owner = rules.owner_addr("net", "a", "eth0")
+    assert rules.tag_of_owner(owner) == rules.owner_tag("net", "a", "eth0")
+    assert rules.owner_addr("net", "b", "eth0") != owner and rules.tag_of_owner("not an address") == ""
+
+
+def test_pods_of_a_subnet_share_its_chain_and_other_subnets_do_not():
+    assert rules.net_chain("10.1.0.5/24") == rules.net_chain("10.1.0.9/24") != rules.net_chain("10.1.1.5/24")
+    assert rules.net_chain("fd00::5/64").startswith(rules.NET_CHAIN_PREFIX)
+
+
+def test_release_claims_before_it_deletes_each_element():
+    cmds = rules.masq_release(["10.1.0.5/24", "fd00::5/64"], "::1")
+    verbs = [(verb, body["element"]["name"]) for c in cmds for verb, body in c.items()]
+    assert verbs == [("add", "pod_owners4"), ("delete", "pod_owners4"), ("add", "pod_nets4"), ("delete", "pod_nets4"),
+                     ("add", "pod_owners6"), ("delete", "pod_owners6"), ("add", "pod_nets6"), ("delete", "pod_nets6")]
+    assert cmds[0]["add"]["element"]["elem"] == [["10.1.0.5", "::1"]] and cmds[1]["delete"]["element"]["elem"] == ["10.1.0.5"]
+
+
+def test_skeleton_rewrites_the_dispatch_and_each_subnet_chain_once():
+    cmds = rules.masq_skeleton(["10.1.0.5/24", "10.1.0.6/24", "fd00::5/64"])
+    flushed = [c["flush"]["chain"]["name"] for c in cmds if "flush" in c]
+    assert flushed == [rules.PODS_CHAIN, rules.net_chain("10.1.0.5/24"), rules.net_chain("fd00::5/64")]
+    net4 = [c["add"]["rule"]["expr"] for c in cmds if "rule" in c.get("add", {})
+            and c["add"]["rule"]["chain"] == rules.net_chain("10.1.0.5/24")]
+    assert net4 == [[{"match": {"op": "!=", "left": {"payload": {"protocol": "ip", "field": "daddr"}},
+                                "right": {"prefix": {"addr": "10.1.0.0", "len": 24}}}},
+                     {"match": {"op": "!=", "left": {"payload": {"protocol": "ip", "field": "daddr"}},
+                                "right": {"prefix": {"addr": "224.0.0.0", "len": 4}}}},
+                     {"masquerade": None}]]
+
+
+def test_held_reads_owner_comment_and_chain_and_an_unowned_net_element():
+    owners = [[{"map": {"name": "pod_owners4", "elem": [[{"elem": {"val": "10.1.0.5", "comment": "c"}}, "::1"]]}}], None]
+    nets = [[{"map": {"name": "pod_nets4", "elem": [["10.1.0.5", {"jump": {"target": "net-x"}}],
+                                                     ["10.1.0.6", {"jump": {"target": "net-x"}}]]}}], None]
+    assert rules.held_in(owners, nets) == {"10.1.0.5": ("::1", "c", "net-x"), "10.1.0.6": ("", "", "net-x")}
+    drop = rules.masq_drop({"10.1.0.5": ("::1", "net-x"), "10.1.0.6": ("", "net-x")}, ["10.1.0.5/24", "10.1.0.6/24"])
+    assert [(v, b["element"]["name"]) for c in drop for v, b in c.items()] == [
+        ("delete", "pod_owners4"), ("delete", "pod_nets4"), ("delete", "pod_nets4")]
+
+
+def test_dispatched_families_reads_the_pods_chain():
+    listing = [{"rule": {"expr": [{"vmap": {"key": {}, "data": "@pod_nets4"}}]}}, {"rule": {"expr": [{"accept": None}]}}]
+    assert rules.dispatched_families(listing) == {4} and rules.dispatched_families(None) == set()
