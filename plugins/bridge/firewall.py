@@ -69,28 +69,14 @@ def add_masquerade(network: str, container_id: str, ifname: str, addresses: Iter
     what = "failed to set up IP masquerading"
     tries = [fixed + claim] if rebuild else [claim, fixed + claim]
     for commands in tries:
-        try:
-            nft.apply(commands, what)
+        refused = _try(commands, what)
+        if refused is None:
             return
-        except NftError as exc:
-            if exc.errno not in _REFUSED:
-                raise
-            if exc.errno != errno.ENOENT:
-                break
-    last: Optional[NftError] = None
-    for _attempt in range(SLOW_ATTEMPTS):
-        # IPAM gave these addresses to this attachment, so another owner's element for one of them
-        # is a leftover (an attachment whose DEL never came): it is replaced, in the same transaction.
-        held = {a: (o, c) for a, (o, _comment, c) in _held().items()}
-        try:
-            nft.apply(fixed + rules.masq_drop(held, addresses) + claim, what)
-            return
-        except NftError as exc:
-            if exc.errno not in _REFUSED:
-                raise
-            last = exc
-    assert last is not None
-    raise last
+        if refused.errno != errno.ENOENT:
+            break
+    # IPAM gave these addresses to this attachment, so another owner's element for one of them is
+    # a leftover (an attachment whose DEL never came): it is replaced, in the same transaction.
+    _apply_listed(lambda held: fixed + rules.masq_drop(_by_address(held), addresses) + claim, what)
 
 
 def remove_masquerade(network: str, container_id: str, ifname: str, addresses: Iterable[str] = ()) -> None:
@@ -101,15 +87,7 @@ def remove_masquerade(network: str, container_id: str, ifname: str, addresses: I
 
     owner = rules.owner_addr(network, container_id, ifname)
     addresses = list(addresses)
-    done = False
-    if addresses:
-        try:
-            nft.apply(rules.masq_release(addresses, owner), "failed to remove IP masquerading")
-            done = True
-        except NftError as exc:
-            if exc.errno not in _REFUSED:
-                raise
-    if not done:
+    if not addresses or _try(rules.masq_release(addresses, owner), "failed to remove IP masquerading") is not None:
         _release_listed(lambda held_owner: held_owner == owner)
     if _legacy_chain_present():
         _remove(_masq_list(), "inet", rules.MASQ_TABLE, rules.MASQ_CHAIN,
@@ -139,27 +117,46 @@ def _held() -> dict[str, tuple[str, str, str]]:
     return rules.held_in(owners, nets)
 
 
-def _release_listed(whose: Callable[[str], bool]) -> list[str]:
-    """Delete the elements of the addresses whose owner value ``whose`` picks, from a listing
-    (again from a fresh one when a concurrent change got in between); the addresses released."""
-    from . import rules
+def _by_address(held: dict[str, tuple[str, str, str]]) -> dict[str, tuple[str, str]]:
+    return {a: (owner, chain) for a, (owner, _comment, chain) in held.items()}
 
+
+def _apply_listed(build: Callable[[dict[str, tuple[str, str, str]]], list[dict]], what: str) -> None:
+    """Apply what ``build`` makes of a listing of the owner and net maps (nothing: done); again
+    from a fresh listing when a concurrent change got in between, a bounded number of times."""
     last: Optional[NftError] = None
     for _attempt in range(SLOW_ATTEMPTS):
-        held = _held()
-        picked = [a for a, (o, _c, _n) in held.items() if o and whose(o)]
-        if not picked:
-            return []
-        try:
-            nft.apply(rules.masq_drop({a: (o, c) for a, (o, _m, c) in held.items()}, picked),
-                      "failed to remove IP masquerading")
-            return picked
-        except NftError as exc:
-            if exc.errno not in _REFUSED:
-                raise
-            last = exc
+        commands = build(_held())
+        if not commands:
+            return
+        last = _try(commands, what)
+        if last is None:
+            return
     assert last is not None
     raise last
+
+
+def _try(commands: list[dict], what: str) -> Optional[NftError]:
+    """Apply ``commands``: None when they went through, the refusal when a listing can get past it
+    (any other error raises)."""
+    try:
+        nft.apply(commands, what)
+        return None
+    except NftError as exc:
+        if exc.errno not in _REFUSED:
+            raise
+        return exc
+
+
+def _release_listed(whose: Callable[[str], bool]) -> None:
+    """Delete the elements of the addresses whose owner value ``whose`` picks, from a listing."""
+    from . import rules
+
+    def build(held: dict[str, tuple[str, str, str]]) -> list[dict]:
+        picked = [a for a, (owner, _comment, _chain) in held.items() if owner and whose(owner)]
+        return rules.masq_drop(_by_address(held), picked)
+
+    _apply_listed(build, "failed to remove IP masquerading")
 
 
 def remove_reference_rules(network: str, container_id: str, ifname: str, *, masq: bool, spoof: bool) -> None:
