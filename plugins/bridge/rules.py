@@ -84,75 +84,6 @@ def attachment_of(rule_comment: str) -> Optional[tuple[str, str, str]]:
     return (network, ifname, container_id) if network and container_id else None
 
 
-# -- masquerade ------------------------------------------------------------------------------------
-
-def masq_table_and_chain() -> list[dict]:
-    return [
-        {"add": {"table": {"family": "inet", "name": MASQ_TABLE}}},
-        {
-            "add": {
-                "chain": {
-                    "family": "inet",
-                    "table": MASQ_TABLE,
-                    "name": MASQ_CHAIN,
-                    "type": "nat",
-                    "hook": "postrouting",
-                    "prio": 100,
-                    "policy": "accept",
-                }
-            }
-        },
-    ]
-
-
-def masq_rule(address: str, tag_comment: str) -> dict:
-    """The masquerade rule for one pod address (CIDR with the host part, as in a result)."""
-    iface = ipaddress.ip_interface(address)
-    proto = "ip" if iface.version == 4 else "ip6"
-    net = iface.network
-    mc_addr, mc_len = _MULTICAST[iface.version]
-
-    def daddr_not(addr: str, length: int) -> dict:
-        return {
-            "match": {
-                "op": "!=",
-                "left": {"payload": {"protocol": proto, "field": "daddr"}},
-                "right": {"prefix": {"addr": addr, "len": length}},
-            }
-        }
-
-    return {
-        "add": {
-            "rule": {
-                "family": "inet",
-                "table": MASQ_TABLE,
-                "chain": MASQ_CHAIN,
-                "comment": tag_comment,
-                "expr": [
-                    {
-                        "match": {
-                            "op": "==",
-                            "left": {"payload": {"protocol": proto, "field": "saddr"}},
-                            "right": str(iface.ip),
-                        }
-                    },
-                    daddr_not(str(net.network_address), net.prefixlen),
-                    daddr_not(mc_addr, mc_len),
-                    {"masquerade": None},
-                ],
-            }
-        }
-    }
-
-
-def masq_add(addresses: Iterable[str], tag_comment: str, stale_handles: Iterable[int]) -> list[dict]:
-    """One transaction: ensure table and chain, drop this owner's stale rules, add the new ones."""
-    cmds = masq_table_and_chain()
-    cmds += delete_rules("inet", MASQ_TABLE, MASQ_CHAIN, stale_handles)
-    cmds += [masq_rule(a, tag_comment) for a in addresses]
-    return cmds
-
-
 # -- masquerade in maps ----------------------------------------------------------------------------
 
 def owner_addr(network: str, container_id: str, ifname: str) -> str:
@@ -233,8 +164,8 @@ def _owner_element(address: str, owner: str, verb: str, tag_comment: str = "") -
     return {verb: {"element": _obj(name=POD_OWNERS[_family(address)], elem=[item])}}
 
 
-def _net_element(address: str, verb: str, chain: str = "") -> dict:
-    item = [address_of(address), {"jump": {"target": chain or net_chain(address)}}] if verb == "add" else address_of(address)
+def _net_element(address: str, verb: str) -> dict:
+    item = [address_of(address), {"jump": {"target": net_chain(address)}}] if verb == "add" else address_of(address)
     return {verb: {"element": _obj(name=POD_NETS[_family(address)], elem=[item])}}
 
 

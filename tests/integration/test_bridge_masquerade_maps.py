@@ -18,6 +18,25 @@ pytestmark = pytest.mark.integration
 NET = "brmaps"
 
 
+def previous_release_rule(address: str, comment: str) -> list[dict]:
+    """What the previous release's ADD wrote for one pod address: its table and base chain, and
+    ``ip saddr <pod> ip daddr != <subnet> ip daddr != 224.0.0.0/4 masquerade`` with the owner comment."""
+    net, host = address.rsplit("/", 1)[0].rsplit(".", 1)[0] + ".0", address.split("/")[0]
+    length = int(address.split("/")[1])
+
+    def daddr_not(addr: str, bits: int) -> dict:
+        return {"match": {"op": "!=", "left": {"payload": {"protocol": "ip", "field": "daddr"}},
+                          "right": {"prefix": {"addr": addr, "len": bits}}}}
+
+    chain = {"family": "inet", "table": rules.MASQ_TABLE, "name": rules.MASQ_CHAIN, "type": "nat",
+             "hook": "postrouting", "prio": 100, "policy": "accept"}
+    expr = [{"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "saddr"}}, "right": host}},
+            daddr_not(net, length), daddr_not("224.0.0.0", 4), {"masquerade": None}]
+    return [{"add": {"table": {"family": "inet", "name": rules.MASQ_TABLE}}}, {"add": {"chain": chain}},
+            {"add": {"rule": {"family": "inet", "table": rules.MASQ_TABLE, "chain": rules.MASQ_CHAIN,
+                              "comment": comment, "expr": expr}}}]
+
+
 def owners(lab, family: int = 4) -> str:
     return lab.run(lab.node, "nft", "list", "map", "inet", rules.MASQ_TABLE, rules.POD_OWNERS[family]).stdout
 
@@ -65,7 +84,7 @@ def test_the_previous_releases_rule_is_read_and_removed(lab):
     reading and removed by its DEL; nothing of the new layout is written for it."""
     legacy = rules.comment(NET, "old", "eth0")
     with entered(lab.node):
-        nft.apply(rules.masq_table_and_chain() + [rules.masq_rule("10.91.0.9/24", legacy)], "previous release")
+        nft.apply(previous_release_rule("10.91.0.9/24", legacy), "previous release")
         firewall.add_masquerade(NET, "new", "eth0", ["10.91.0.3/24"])
         assert firewall.masquerade_addresses(NET, "old", "eth0") == ["10.91.0.9"]
         assert sorted(a for _t, _c, a in firewall.masquerade_holdings() or []) == ["10.91.0.3", "10.91.0.9"]

@@ -72,26 +72,6 @@ def test_owner_tag_and_comment():
     assert len(rules.comment("n" * 100, "c" * 64, "eth0")) == 128
 
 
-def test_masq_rule_excludes_subnet_and_multicast():
-    rule = rules.masq_rule("10.1.2.7/24", "tag")["add"]["rule"]
-    assert rule["family"] == "inet" and rule["table"] == rules.MASQ_TABLE
-    exprs = rule["expr"]
-    assert exprs[0]["match"]["right"] == "10.1.2.7"
-    assert exprs[1]["match"] == {"op": "!=", "left": {"payload": {"protocol": "ip", "field": "daddr"}},
-                                 "right": {"prefix": {"addr": "10.1.2.0", "len": 24}}}
-    assert exprs[2]["match"]["right"] == {"prefix": {"addr": "224.0.0.0", "len": 4}}
-    assert exprs[3] == {"masquerade": None}
-    v6 = rules.masq_rule("fd00::5/64", "tag")["add"]["rule"]["expr"]
-    assert v6[0]["match"]["left"]["payload"]["protocol"] == "ip6"
-    assert v6[2]["match"]["right"] == {"prefix": {"addr": "ff00::", "len": 8}}
-
-
-def test_masq_add_is_one_transaction_replacing_stale_rules():
-    cmds = rules.masq_add(["10.1.2.7/24", "fd00::5/64"], "c", [11, 12])
-    kinds = [next(iter(c)) + ":" + next(iter(next(iter(c.values())))) for c in cmds]
-    assert kinds == ["add:table", "add:chain", "delete:rule", "delete:rule", "add:rule", "add:rule"]
-
-
 def _listing(*rules):
     return [{"metainfo": {}}, {"chain": {"name": "postrouting"}}] + [{"rule": r} for r in rules]
 
@@ -148,6 +128,11 @@ def test_skeleton_rewrites_the_dispatch_and_each_subnet_chain_once():
                      {"match": {"op": "!=", "left": {"payload": {"protocol": "ip", "field": "daddr"}},
                                 "right": {"prefix": {"addr": "224.0.0.0", "len": 4}}}},
                      {"masquerade": None}]]
+    net6 = [c["add"]["rule"]["expr"] for c in cmds if "rule" in c.get("add", {})
+            and c["add"]["rule"]["chain"] == rules.net_chain("fd00::5/64")]
+    assert net6[0][0]["match"]["right"] == {"prefix": {"addr": "fd00::", "len": 64}}
+    assert net6[0][1]["match"]["right"] == {"prefix": {"addr": "ff00::", "len": 8}}
+    assert net6[0][0]["match"]["left"]["payload"]["protocol"] == "ip6"
 
 
 def test_held_reads_owner_comment_and_chain_and_an_unowned_net_element():
