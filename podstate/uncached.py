@@ -2,12 +2,12 @@
 
 A result cache can be lost (power loss mid-write, containernetworking/cni#1149; node images that
 wipe ``/var/lib/cni`` at boot): the pods it described are gone, but their host-local reservations,
-portmap entries, IFBs and masquerade rules are not, and nothing cached names them any more, so
+portmap entries, IFBs and masquerade entries are not, and nothing cached names them any more, so
 neither a DEL with the cached config nor a CNI GC of a known conflist reaches them.
 
 Each such state names its owner -- host-local's reservation file holds the container ID and
 ifname, portmap's identity comment the network and container, bandwidth's IFB alias the same, bridge's
-rule comments network, ifname and container -- so :func:`find` groups it per (network, container)
+owner-element (or previous release's rule) comments network, ifname and container -- so :func:`find` groups it per (network, container)
 from the node view :mod:`.view` reads (the plugins' own readers).  A container is a leak only when
 the runtime answered its sandbox listing and does not list it, and no cache entry names it: the
 runtime is the truth, and with no answer (no endpoint, an error, a cut stream) nobody can tell, so
