@@ -110,11 +110,10 @@ def _held() -> dict[str, tuple[str, str, str]]:
     """Address -> (owner value, owner comment, net chain) in the owner and net maps ({}: no table)."""
     from . import rules
 
-    owners, nets = [], []
-    for family in (4, 6):
-        owners.append(_listing(f"list map inet {rules.MASQ_TABLE} {rules.POD_OWNERS[family]}"))
-        nets.append(_listing(f"list map inet {rules.MASQ_TABLE} {rules.POD_NETS[family]}"))
-    return rules.held_in(owners, nets)
+    listing: list[dict] = []
+    for name in (*rules.POD_OWNERS.values(), *rules.POD_NETS.values()):
+        listing += _listing(f"list map inet {rules.MASQ_TABLE} {name}") or []
+    return rules.held_in(listing)
 
 
 def _by_address(held: dict[str, tuple[str, str, str]]) -> dict[str, tuple[str, str]]:
@@ -185,6 +184,8 @@ def reference_masquerade_present(network: str, container_id: str, ifname: str) -
     from cnichain.common import reference_rules
 
     return reference_rules.present(reference_rules.masquerade_target(network, container_id, ifname))
+
+
 def masquerade_holdings() -> Optional[list[tuple[str, str, str]]]:
     """Every address masqueraded in fact, as ``(owner tag, comment, address)``: an owner element
     whose net element points to its subnet's chain, that chain holding its rule and ``pods``
@@ -194,21 +195,15 @@ def masquerade_holdings() -> Optional[list[tuple[str, str, str]]]:
 
     from . import rules
 
-    legacy = _listing(_masq_list())
-    pods = _listing(f"list chain inet {rules.MASQ_TABLE} {rules.PODS_CHAIN}")
-    if legacy is None and pods is None and _listing(f"list table inet {rules.MASQ_TABLE}") is None:
+    table = _listing(f"list table inet {rules.MASQ_TABLE}")  # one fetch: maps, chains and rules
+    if table is None:
         return None
-    families = rules.dispatched_families(pods)
-    chains: dict[str, bool] = {}
+    families = rules.dispatched_families(table)
     out: list[tuple[str, str, str]] = []
-    for address, (owner, comment, chain) in _held().items():
-        if not owner or not chain or ipaddress.ip_address(address).version not in families:
-            continue
-        if chain not in chains:
-            chains[chain] = bool(rules.rules_in(_listing(f"list chain inet {rules.MASQ_TABLE} {chain}")))
-        if chains[chain]:
+    for address, (owner, comment, chain) in rules.held_in(table).items():
+        if owner and chain and ipaddress.ip_address(address).version in families and rules.rules_in(table, chain):
             out.append((rules.tag_of_owner(owner), comment, address))
-    for rule in rules.rules_in(legacy):
+    for rule in rules.rules_in(table, rules.MASQ_CHAIN):
         text = str(rule.get("comment", ""))
         out += [(rules.tag_of(text), text, a.split("/")[0]) for a in rules.rule_addresses(rule)]
     return out

@@ -200,21 +200,23 @@ def masq_drop(held: dict[str, tuple[str, str]], addresses: Iterable[str]) -> lis
     return out
 
 
-def held_in(owner_maps: list[Optional[list[dict]]], net_maps: list[Optional[list[dict]]]) -> dict[str, tuple[str, str, str]]:
-    """Address -> (owner value, owner comment, net chain) from ``list map`` answers of the owner and
-    net maps; a net element nobody owns (half of an interrupted repair) has an empty owner."""
+def held_in(listing: Optional[list[dict]]) -> dict[str, tuple[str, str, str]]:
+    """Address -> (owner value, owner comment, net chain) from a listing holding the owner and net
+    maps (``list map`` answers, or the table's); a net element nobody owns (half of an interrupted
+    repair) has an empty owner."""
     chains = {address: str(((value or {}).get("jump") or {}).get("target", "")) if isinstance(value, dict) else ""
-              for address, _comment, value in _elements(net_maps)}
-    out = {address: (str(value), comment, chains.pop(address, "")) for address, comment, value in _elements(owner_maps)}
+              for address, _comment, value in _elements(listing, POD_NETS.values())}
+    out = {address: (str(value), comment, chains.pop(address, ""))
+           for address, comment, value in _elements(listing, POD_OWNERS.values())}
     out.update((address, ("", "", chain)) for address, chain in chains.items())
     return out
 
 
-def dispatched_families(pods_listing: Optional[list[dict]]) -> set[int]:
-    """The families whose ``vmap @pod_nets<f>`` rule the ``pods`` chain's listing holds."""
+def dispatched_families(listing: Optional[list[dict]]) -> set[int]:
+    """The families whose ``vmap @pod_nets<f>`` rule the listing's ``pods`` chain holds."""
     wanted = {f"@{name}": family for family, name in POD_NETS.items()}
     found: set[int] = set()
-    for rule in rules_in(pods_listing):
+    for rule in rules_in(listing, PODS_CHAIN):
         for expr in rule.get("expr") or []:
             data = ((expr.get("vmap") or {}).get("data") if isinstance(expr, dict) else None)
             if data in wanted:
@@ -222,23 +224,25 @@ def dispatched_families(pods_listing: Optional[list[dict]]) -> set[int]:
     return found
 
 
-def _elements(listings: list[Optional[list[dict]]]) -> list[tuple[str, str, object]]:
-    """(address, element comment, value) of every element in ``list map`` answers."""
+def _elements(listing: Optional[list[dict]], maps: Iterable[str]) -> list[tuple[str, str, object]]:
+    """(address, element comment, value) of every element of the named ``maps`` in a listing."""
+    names = set(maps)
     out: list[tuple[str, str, object]] = []
-    for listing in listings:
-        for item in listing or []:
-            body = item.get("map") if isinstance(item, dict) else None
-            for elem in (body or {}).get("elem") or []:
-                if not isinstance(elem, list) or len(elem) != 2:
-                    continue
-                key, comment = elem[0], ""
-                if isinstance(key, dict):
-                    inner = key.get("elem") or {}
-                    key, comment = inner.get("val", ""), str(inner.get("comment", ""))
-                try:
-                    out.append((str(ipaddress.ip_address(str(key))), comment, elem[1]))
-                except ValueError:
-                    continue
+    for item in listing or []:
+        body = item.get("map") if isinstance(item, dict) else None
+        if not body or body.get("name") not in names:
+            continue
+        for elem in body.get("elem") or []:
+            if not isinstance(elem, list) or len(elem) != 2:
+                continue
+            key, comment = elem[0], ""
+            if isinstance(key, dict):
+                inner = key.get("elem") or {}
+                key, comment = inner.get("val", ""), str(inner.get("comment", ""))
+            try:
+                out.append((str(ipaddress.ip_address(str(key))), comment, elem[1]))
+            except ValueError:
+                continue
     return out
 
 
@@ -317,9 +321,11 @@ def delete_rules(family: str, table: str, chain: str, handles: Iterable[int]) ->
     ]
 
 
-def rules_in(listing: Optional[list[dict]]) -> list[dict]:
-    """The ``rule`` objects of a ``list chain`` answer (None = table/chain missing)."""
-    return [item["rule"] for item in listing or [] if isinstance(item, dict) and "rule" in item]
+def rules_in(listing: Optional[list[dict]], chain: Optional[str] = None) -> list[dict]:
+    """The ``rule`` objects of a ``list chain`` answer (None = table/chain missing), or those of
+    ``chain`` in a table's listing."""
+    return [item["rule"] for item in listing or [] if isinstance(item, dict) and "rule" in item
+            and (chain is None or item["rule"].get("chain") == chain)]
 
 
 def owned_handles(listing: Optional[list[dict]], tag: str) -> list[int]:

@@ -136,15 +136,17 @@ def test_skeleton_rewrites_the_dispatch_and_each_subnet_chain_once():
 
 
 def test_held_reads_owner_comment_and_chain_and_an_unowned_net_element():
-    owners = [[{"map": {"name": "pod_owners4", "elem": [[{"elem": {"val": "10.1.0.5", "comment": "c"}}, "::1"]]}}], None]
-    nets = [[{"map": {"name": "pod_nets4", "elem": [["10.1.0.5", {"jump": {"target": "net-x"}}],
-                                                     ["10.1.0.6", {"jump": {"target": "net-x"}}]]}}], None]
-    assert rules.held_in(owners, nets) == {"10.1.0.5": ("::1", "c", "net-x"), "10.1.0.6": ("", "", "net-x")}
+    owners = [{"map": {"name": "pod_owners4", "elem": [[{"elem": {"val": "10.1.0.5", "comment": "c"}}, "::1"]]}}]
+    nets = [{"map": {"name": "pod_nets4", "elem": [["10.1.0.5", {"jump": {"target": "net-x"}}],
+                                                    ["10.1.0.6", {"jump": {"target": "net-x"}}]]}}]
+    assert rules.held_in(owners + nets) == {"10.1.0.5": ("::1", "c", "net-x"), "10.1.0.6": ("", "", "net-x")}
     drop = rules.masq_drop({"10.1.0.5": ("::1", "net-x"), "10.1.0.6": ("", "net-x")}, ["10.1.0.5/24", "10.1.0.6/24"])
     assert [(v, b["element"]["name"]) for c in drop for v, b in c.items()] == [
         ("delete", "pod_owners4"), ("delete", "pod_nets4"), ("delete", "pod_nets4")]
 
 
 def test_dispatched_families_reads_the_pods_chain():
-    listing = [{"rule": {"expr": [{"vmap": {"key": {}, "data": "@pod_nets4"}}]}}, {"rule": {"expr": [{"accept": None}]}}]
+    listing = [{"rule": {"chain": "pods", "expr": [{"vmap": {"key": {}, "data": "@pod_nets4"}}]}},
+               {"rule": {"chain": "pods", "expr": [{"accept": None}]}},
+               {"rule": {"chain": "elsewhere", "expr": [{"vmap": {"key": {}, "data": "@pod_nets6"}}]}}]
     assert rules.dispatched_families(listing) == {4} and rules.dispatched_families(None) == set()
